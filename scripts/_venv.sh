@@ -1,0 +1,21 @@
+# Sourced by scripts/run and scripts/test: make .venv and install tidemq into it.
+# Idempotent: pip runs again only when pyproject.toml (or the extras asked for) changed.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$root/.venv"
+extras="${1:-}"
+python="${PYTHON:-python3}"
+if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv"
+fi
+stamp="$venv/.tidemq-installed"
+want="$(sha256sum "$root/pyproject.toml" | cut -d' ' -f1) [$extras]"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+    # compat editable mode keeps the top-level pyspark_tidemq module importable by path,
+    # which Spark's data-source discovery needs (a plain editable install breaks it).
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        --config-settings editable_mode=compat -e "$root${extras:+[$extras]}"
+    echo "$want" > "$stamp"
+fi
+export PATH="$venv/bin:$PATH"

@@ -1,0 +1,516 @@
+"""The stored message record, RocketMQ's v1 layout, byte for byte (protocol-notes §6.1).
+
+The same bytes live in the commit log, travel in PULL / QUERY_MESSAGE / VIEW_MESSAGE_BY_ID
+response bodies (concatenated, no count prefix) and in the replication stream, so a pull
+answers with the stored bytes as they are.
+
+Record layout, big-endian, offsets for an IPv4 born host and IPv4 store host::
+
+    off  size  field
+      0     4  TOTALSIZE            whole record, this field included
+      4     4  MAGICCODE            0xDAA320A7 (v1); 0xCBD43194 marks the blank end of a file
+      8     4  BODYCRC              zlib.crc32(stored body) & 0x7FFFFFFF
+     12     4  QUEUEID
+     16     4  FLAG                 the user's flag
+     20     8  QUEUEOFFSET          logical offset in the consume queue
+     28     8  PHYSICALOFFSET       commit-log offset of this record
+     36     4  SYSFLAG              MessageSysFlag bits (below)
+     40     8  BORNTIMESTAMP        producer clock, ms
+     48   8|20 BORNHOST             4-byte IPv4 (16-byte IPv6 when SYSFLAG & 0x10) + int32 port
+     56     8  STORETIMESTAMP       broker clock, ms
+     64   8|20 STOREHOST            likewise, IPv6 when SYSFLAG & 0x20
+     72     4  RECONSUMETIMES
+     76     8  PREPAREDTRANSACTIONOFFSET
+     84     4  BODYLENGTH
+     88     n  BODY
+   88+n     1  TOPICLENGTH          one byte in v1, so topics are at most 127 bytes
+      .     t  TOPIC                UTF-8
+      .     2  PROPERTIESLENGTH     int16, at most 32767
+      .     p  PROPERTIES           UTF-8, see ``encode_properties``
+
+    RECORD_FIXED_SIZE_IPV4 = 4+4+4+4+4+8+8+4+8+8+8+8+4+8+4 + 1 + 2 = 91 (+ body + topic + props)
+
+A commit-log file ends with an 8-byte blank marker (TOTALSIZE = bytes left in the file,
+MAGICCODE = BLANK_MAGIC) when the next record does not fit; readers go on at the next file.
+
+The SEND_BATCH_MESSAGE body (§6.5) is a concatenation of short entries::
+
+    TOTALSIZE int32 | MAGICCODE int32 (0) | BODYCRC int32 (0) | FLAG int32 | BODYLENGTH int32 |
+    BODY | PROPERTIESLENGTH int16 | PROPERTIES          (TOTALSIZE = 22 + body + properties)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import sys
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from operator import mul
+
+from tidemq.errors import LocalProtocolError, RemoteProtocolError
+from tidemq.limits import PROPERTIES_SIZE_MAX
+
+MAGIC_V1 = -626843481  # 0xDAA320A7 as a signed int32
+BLANK_MAGIC = -875286124  # 0xCBD43194: the rest of this commit-log file is empty
+
+# MessageSysFlag bits (protocol-notes §7.1).
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+SYSFLAG_TRANSACTION_MASK = 0xC
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+SYSFLAG_BORNHOST_V6 = 0x10
+SYSFLAG_STOREHOST_V6 = 0x20
+SYSFLAG_COMPRESSION_TYPE_MASK = 0x700
+SYSFLAG_COMPRESSION_ZLIB = 0x300
+
+# Property separators (protocol-notes §6.4).
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+# Property keys the broker and clients act on (protocol-notes §7.3).
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MSG_REGION = "MSG_REGION"
+PROPERTY_TRACE_SWITCH = "TRACE_ON"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+PROPERTY_TRANSACTION_ID = "__transactionId__"
+KEY_SEPARATOR = " "
+
+# Positions of fixed fields inside a record, whatever the host lengths.
+POSITION_TOTAL_SIZE = 0
+POSITION_MAGIC = 4
+POSITION_BODY_CRC = 8
+POSITION_QUEUE_ID = 12
+POSITION_QUEUE_OFFSET = 20
+POSITION_PHYSICAL_OFFSET = 28
+POSITION_SYSFLAG = 36
+POSITION_BORN_TIMESTAMP = 40
+POSITION_BORN_HOST = 48
+
+BLANK_MARKER_SIZE = 8  # TOTALSIZE + MAGICCODE of the end-of-file marker
+
+
+def _prefix_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
+    born = "16s" if born_v6 else "4s"
+    store = "16s" if store_v6 else "4s"
+    # TOTALSIZE MAGIC CRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTS
+    # BORNHOST(addr, port) STORETS STOREHOST(addr, port) RECONSUME PREPARED BODYLEN
+    return struct.Struct(f">iiiiiqqiq{born}iq{store}iiqi")
+
+
+# Indexed by (born_v6, store_v6) as 2 * born_v6 + store_v6.
+_PREFIX_STRUCTS = tuple(_prefix_struct(b, s) for b in (False, True) for s in (False, True))
+RECORD_PREFIX_SIZE_IPV4 = _PREFIX_STRUCTS[0].size  # 88
+RECORD_FIXED_SIZE_IPV4 = RECORD_PREFIX_SIZE_IPV4 + 1 + 2  # 91
+_INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+_UINT8 = struct.Struct(">B")
+_SIZE_MAGIC = struct.Struct(">ii")
+_BATCH_ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE MAGIC CRC FLAG BODYLENGTH
+BATCH_ENTRY_FIXED_SIZE = _BATCH_ENTRY_HEAD.size + 2  # 22
+
+
+def _prefix_for(sysflag: int) -> struct.Struct:
+    return _PREFIX_STRUCTS[
+        (2 if sysflag & SYSFLAG_BORNHOST_V6 else 0) + (1 if sysflag & SYSFLAG_STOREHOST_V6 else 0)
+    ]
+
+
+def store_timestamp_position(sysflag: int) -> int:
+    """Offset of STORETIMESTAMP in a record with this SYSFLAG: 56, or 68 for an IPv6 born host."""
+    return 68 if sysflag & SYSFLAG_BORNHOST_V6 else 56
+
+
+def body_crc(body: bytes | bytearray | memoryview) -> int:
+    """CRC32 of the stored body masked to 31 bits, as RocketMQ writes BODYCRC."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+# -- hosts --------------------------------------------------------------------------------------
+
+
+def pack_host(address: str) -> tuple[bytes, int, bool]:
+    """Split ``"ip:port"`` (or ``"[v6]:port"``) into packed address bytes, port and an is-IPv6 flag.
+
+    Raises:
+        LocalProtocolError: the address is not an IP literal with a port.
+    """
+    host, sep, port_text = address.rpartition(":")
+    if not sep:
+        raise LocalProtocolError(f"address {address!r} has no ':port'; give it as ip:port")
+    host = host.strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+        port = int(port_text)
+    except ValueError as e:
+        raise LocalProtocolError(f"address {address!r} is not ip:port ({e})") from None
+    return ip.packed, port, ip.version == 6
+
+
+def unpack_host(packed: bytes, port: int) -> str:
+    """Render a packed IPv4/IPv6 address and port as ``"ip:port"``."""
+    return f"{ipaddress.ip_address(packed)}:{port}"
+
+
+# -- properties ---------------------------------------------------------------------------------
+
+
+def encode_properties(properties: Mapping[str, str] | None) -> str:
+    """Render properties as RocketMQ's string: ``name\\x01value\\x02`` each, last ``\\x02`` cut.
+
+    Entries whose value is None are skipped, as the Java client does.
+    """
+    if not properties:
+        return ""
+    return PROPERTY_SEPARATOR.join(
+        f"{name}{NAME_VALUE_SEPARATOR}{value}"
+        for name, value in properties.items()
+        if value is not None
+    )
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Parse RocketMQ's properties string; malformed pieces are ignored, as Java does."""
+    properties: dict[str, str] = {}
+    if not text:
+        return properties
+    for piece in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = piece.partition(NAME_VALUE_SEPARATOR)
+        if sep and name and value:
+            properties[name] = value
+    return properties
+
+
+# -- Java String.hashCode -----------------------------------------------------------------------
+
+_HASH_WEIGHTS_LENGTH = 4096
+# _HASH_WEIGHTS[-n:] are 31^(n-1) .. 31^0 mod 2^32: the weights of a string of n UTF-16 units.
+_HASH_WEIGHTS = [pow(31, k, 1 << 32) for k in range(_HASH_WEIGHTS_LENGTH)][::-1]
+_UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` of ``text`` as a signed int32 (over UTF-16 code units).
+
+    Computed as one weighted sum in C (``sum(map(mul, ...))``) rather than a Python loop per
+    character: the index hashes two keys per stored message, so this is on the append path.
+    """
+    if text.isascii():
+        units = text.encode("ascii")
+    else:
+        units = memoryview(text.encode(_UTF16_NATIVE)).cast("H")
+    count = len(units)
+    if count <= _HASH_WEIGHTS_LENGTH:
+        value = sum(map(mul, units, _HASH_WEIGHTS[_HASH_WEIGHTS_LENGTH - count :]))
+    else:
+        value = 0
+        for unit in units:
+            value = (value * 31 + unit) & 0xFFFFFFFF
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def tags_code(tags: str | None) -> int:
+    """The consume-queue tag code of a TAGS value: its Java hash, 0 when absent or empty."""
+    return java_string_hash(tags) if tags else 0
+
+
+# -- the message --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class MessageExt:
+    """A message as stored: the user's message plus what the broker recorded about it."""
+
+    topic: str
+    body: bytes
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    queue_id: int = 0
+    queue_offset: int = 0
+    physical_offset: int = 0
+    sysflag: int = 0
+    born_timestamp: int = 0
+    born_host: str = "127.0.0.1:0"
+    store_timestamp: int = 0
+    store_host: str = "127.0.0.1:0"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    body_crc: int = 0
+    store_size: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        """The TAGS property, or None."""
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        """The KEYS property split on spaces (empty when absent)."""
+        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k]
+
+    @property
+    def unique_key(self) -> str | None:
+        """The client-generated message id (UNIQ_KEY), or None."""
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    @property
+    def transaction_type(self) -> int:
+        """The transaction bits of SYSFLAG: NOT, PREPARED, COMMIT or ROLLBACK type."""
+        return self.sysflag & SYSFLAG_TRANSACTION_MASK
+
+    def uncompressed_body(self) -> bytes:
+        """The body with zlib compression undone when SYSFLAG says it is compressed."""
+        if self.sysflag & SYSFLAG_COMPRESSED:
+            return zlib.decompress(self.body)
+        return self.body
+
+
+def record_size(
+    body_length: int, topic_length: int, properties_length: int, sysflag: int = 0
+) -> int:
+    """Total bytes of a stored record with these field lengths (hosts sized by SYSFLAG)."""
+    return _prefix_for(sysflag).size + body_length + 1 + topic_length + 2 + properties_length
+
+
+def encode_record(
+    *,
+    topic: bytes,
+    body: bytes | bytearray | memoryview,
+    properties: bytes,
+    queue_id: int,
+    flag: int = 0,
+    queue_offset: int = 0,
+    physical_offset: int = 0,
+    sysflag: int = 0,
+    born_timestamp: int = 0,
+    born_host: tuple[bytes, int] = (b"\x7f\x00\x00\x01", 0),
+    store_timestamp: int = 0,
+    store_host: tuple[bytes, int] = (b"\x7f\x00\x00\x01", 0),
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    crc: int | None = None,
+) -> bytearray:
+    """Encode one stored record. Host fields are ``(packed address, port)``.
+
+    SYSFLAG's host bits are set from the address lengths. The store encodes outside its
+    append lock and patches QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place.
+
+    Raises:
+        LocalProtocolError: topic longer than 127 bytes or properties longer than 32767.
+    """
+    if len(topic) > 127:
+        raise LocalProtocolError(f"topic is {len(topic)} bytes; the v1 record holds at most 127")
+    if len(properties) > PROPERTIES_SIZE_MAX:
+        raise LocalProtocolError(
+            f"properties are {len(properties)} bytes, more than {PROPERTIES_SIZE_MAX}"
+        )
+    sysflag &= ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+    if len(born_host[0]) == 16:
+        sysflag |= SYSFLAG_BORNHOST_V6
+    if len(store_host[0]) == 16:
+        sysflag |= SYSFLAG_STOREHOST_V6
+    prefix = _prefix_for(sysflag)
+    body_length = len(body)
+    total = prefix.size + body_length + 1 + len(topic) + 2 + len(properties)
+    out = bytearray(total)
+    prefix.pack_into(
+        out, 0, total, MAGIC_V1, body_crc(body) if crc is None else crc, queue_id, flag,
+        queue_offset, physical_offset, sysflag, born_timestamp, born_host[0], born_host[1],
+        store_timestamp, store_host[0], store_host[1], reconsume_times,
+        prepared_transaction_offset, body_length,
+    )
+    position = prefix.size
+    out[position : position + body_length] = body
+    position += body_length
+    out[position] = len(topic)
+    out[position + 1 : position + 1 + len(topic)] = topic
+    position += 1 + len(topic)
+    _INT16.pack_into(out, position, len(properties))
+    out[position + 2 :] = properties
+    return out
+
+
+def decode_record(data: bytes | bytearray | memoryview, position: int = 0) -> MessageExt:
+    """Decode the record that starts at ``position``.
+
+    Raises:
+        RemoteProtocolError: the bytes are not a whole, well-formed v1 record (bad magic,
+            a size that does not add up, a field running past the end).
+    """
+    view = memoryview(data)
+    available = len(view) - position
+    if available < 8:
+        raise RemoteProtocolError(f"record at {position} is cut: only {available} bytes left")
+    total, magic = _SIZE_MAGIC.unpack_from(view, position)
+    if magic != MAGIC_V1:
+        raise RemoteProtocolError(
+            f"record at {position} has magic {magic & 0xFFFFFFFF:#010x}, "
+            f"expected {MAGIC_V1 & 0xFFFFFFFF:#010x}"
+        )
+    sysflag = _INT32.unpack_from(view, position + POSITION_SYSFLAG)[0] if available >= 40 else 0
+    prefix = _prefix_for(sysflag)
+    if total < prefix.size + 3 or total > available:
+        raise RemoteProtocolError(
+            f"record at {position} claims {total} bytes; {available} are there and "
+            f"at least {prefix.size + 3} are needed"
+        )
+    (
+        _, _, crc, queue_id, flag, queue_offset, physical_offset, sysflag, born_timestamp,
+        born_address, born_port, store_timestamp, store_address, store_port, reconsume_times,
+        prepared_offset, body_length,
+    ) = prefix.unpack_from(view, position)
+    cursor = position + prefix.size
+    end = position + total
+    if body_length < 0 or cursor + body_length + 3 > end:
+        raise RemoteProtocolError(f"record at {position}: body length {body_length} overruns it")
+    body = bytes(view[cursor : cursor + body_length])
+    cursor += body_length
+    topic_length = view[cursor]
+    cursor += 1
+    if cursor + topic_length + 2 > end:
+        raise RemoteProtocolError(f"record at {position}: topic length {topic_length} overruns it")
+    topic = bytes(view[cursor : cursor + topic_length]).decode("utf-8", "replace")
+    cursor += topic_length
+    properties_length = _INT16.unpack_from(view, cursor)[0]
+    cursor += 2
+    if properties_length < 0 or cursor + properties_length != end:
+        raise RemoteProtocolError(
+            f"record at {position}: properties length {properties_length} does not end the record"
+        )
+    properties = decode_properties(
+        bytes(view[cursor : cursor + properties_length]).decode("utf-8", "replace")
+    )
+    return MessageExt(
+        topic=topic,
+        body=body,
+        flag=flag,
+        properties=properties,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=physical_offset,
+        sysflag=sysflag,
+        born_timestamp=born_timestamp,
+        born_host=unpack_host(born_address, born_port),
+        store_timestamp=store_timestamp,
+        store_host=unpack_host(store_address, store_port),
+        reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_offset,
+        body_crc=crc,
+        store_size=total,
+    )
+
+
+def iter_records(data: bytes | bytearray | memoryview) -> Iterator[MessageExt]:
+    """Decode a concatenation of records (a pull, query or view body) front to back.
+
+    Raises:
+        RemoteProtocolError: a record is malformed or the bytes end inside one.
+    """
+    view = memoryview(data)
+    position = 0
+    end = len(view)
+    while position < end:
+        message = decode_record(view, position)
+        position += message.store_size
+        yield message
+
+
+def decode_records(data: bytes | bytearray | memoryview) -> list[MessageExt]:
+    """All records of a pull, query or view body, in order."""
+    return list(iter_records(data))
+
+
+# -- batch body ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class BatchEntry:
+    """One message inside a SEND_BATCH_MESSAGE body."""
+
+    body: bytes
+    properties: str = ""
+    flag: int = 0
+
+
+def encode_batch_body(entries: list[BatchEntry]) -> bytes:
+    """Encode messages as the SEND_BATCH_MESSAGE body the Java client writes.
+
+    Raises:
+        LocalProtocolError: an entry's properties exceed 32767 bytes.
+    """
+    parts: list[bytes] = []
+    for entry in entries:
+        properties = entry.properties.encode("utf-8")
+        if len(properties) > PROPERTIES_SIZE_MAX:
+            raise LocalProtocolError(
+                f"batch entry properties are {len(properties)} bytes, "
+                f"more than {PROPERTIES_SIZE_MAX}"
+            )
+        total = BATCH_ENTRY_FIXED_SIZE + len(entry.body) + len(properties)
+        parts.append(_BATCH_ENTRY_HEAD.pack(total, 0, 0, entry.flag, len(entry.body)))
+        parts.append(entry.body)
+        parts.append(_INT16.pack(len(properties)))
+        parts.append(properties)
+    return b"".join(parts)
+
+
+def decode_batch_body(data: bytes | bytearray | memoryview) -> list[BatchEntry]:
+    """Decode a SEND_BATCH_MESSAGE body into its entries.
+
+    Raises:
+        RemoteProtocolError: an entry's sizes do not add up or run past the body.
+    """
+    view = memoryview(data)
+    end = len(view)
+    position = 0
+    entries: list[BatchEntry] = []
+    while position < end:
+        if end - position < BATCH_ENTRY_FIXED_SIZE:
+            raise RemoteProtocolError(
+                f"batch entry at {position} is cut: {end - position} bytes left, "
+                f"at least {BATCH_ENTRY_FIXED_SIZE} needed"
+            )
+        total, _, _, flag, body_length = _BATCH_ENTRY_HEAD.unpack_from(view, position)
+        too_small = total < BATCH_ENTRY_FIXED_SIZE + body_length
+        if body_length < 0 or too_small or position + total > end:
+            raise RemoteProtocolError(
+                f"batch entry at {position} claims {total} bytes with a {body_length}-byte body; "
+                f"{end - position} bytes are left"
+            )
+        cursor = position + _BATCH_ENTRY_HEAD.size
+        body = bytes(view[cursor : cursor + body_length])
+        cursor += body_length
+        properties_length = _INT16.unpack_from(view, cursor)[0]
+        cursor += 2
+        if properties_length < 0 or cursor + properties_length != position + total:
+            raise RemoteProtocolError(
+                f"batch entry at {position}: properties length {properties_length} "
+                "does not end the entry"
+            )
+        properties = bytes(view[cursor : cursor + properties_length]).decode("utf-8", "replace")
+        entries.append(BatchEntry(body=body, properties=properties, flag=flag))
+        position += total
+    return entries
