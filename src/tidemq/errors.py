@@ -33,6 +33,22 @@ class FrameTooLarge(RemoteProtocolError):
     """A frame's length prefix is above ``frame_size_max``."""
 
 
+class HeaderFieldError(RemoteProtocolError):
+    """A command's extFields lack a required header field or hold one that does not parse.
+
+    ``field`` is the extField key as sent, ``value`` the raw string (None when missing).
+    """
+
+    def __init__(self, message: str, *, field: str, value: str | None = None):
+        super().__init__(message)
+        self.field = field
+        self.value = value
+
+
+class InvalidMessageId(RemoteProtocolError):
+    """A message id is not a well-formed offset message id (32 or 56 hex characters)."""
+
+
 class StoreError(TidemqError):
     """The message store cannot do what was asked."""
 

@@ -170,8 +170,13 @@ def pack_host(address: str) -> tuple[bytes, int, bool]:
 
 
 def unpack_host(packed: bytes, port: int) -> str:
-    """Render a packed IPv4/IPv6 address and port as ``"ip:port"``."""
-    return f"{ipaddress.ip_address(packed)}:{port}"
+    """Render a packed address and port as ``"ip:port"``, or ``"[ipv6]:port"`` for IPv6.
+
+    The brackets keep an IPv6 address readable apart from its port; ``pack_host`` takes
+    either form back.
+    """
+    ip = ipaddress.ip_address(packed)
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
 
 
 # -- properties ---------------------------------------------------------------------------------
@@ -260,6 +265,9 @@ class MessageExt:
     prepared_transaction_offset: int = 0
     body_crc: int = 0
     store_size: int = 0
+    # Not in the record: the client sets it from the queue it pulled (a record does not name
+    # its broker group), so a consumer can tell which MessageQueue a message came from.
+    broker_name: str = ""
 
     @property
     def tags(self) -> str | None:
@@ -277,15 +285,46 @@ class MessageExt:
         return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     @property
+    def offset_msg_id(self) -> str:
+        """The broker's offset message id: store host and commit-log offset (§8.1)."""
+        from tidemq.protocol.msgid import encode_offset_msg_id  # msgid imports this module
+
+        return encode_offset_msg_id(self.store_host, self.physical_offset)
+
+    @property
+    def msg_id(self) -> str:
+        """The id a RocketMQ client shows: UNIQ_KEY when present, else the offset id."""
+        unique = self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        return unique if unique is not None else self.offset_msg_id
+
+    @property
     def transaction_type(self) -> int:
         """The transaction bits of SYSFLAG: NOT, PREPARED, COMMIT or ROLLBACK type."""
         return self.sysflag & SYSFLAG_TRANSACTION_MASK
 
     def uncompressed_body(self) -> bytes:
-        """The body with zlib compression undone when SYSFLAG says it is compressed."""
-        if self.sysflag & SYSFLAG_COMPRESSED:
+        """The body with zlib compression undone when SYSFLAG says it is compressed.
+
+        Raises:
+            RemoteProtocolError: the body is compressed with LZ4 or ZSTD (not supported), or
+                is not a valid zlib stream.
+        """
+        if not self.sysflag & SYSFLAG_COMPRESSED:
+            return self.body
+        compression = self.sysflag & SYSFLAG_COMPRESSION_TYPE_MASK
+        # Type 0 (every producer before 4.9.4) and 3 both mean zlib (protocol-notes §7.1).
+        if compression not in (0, SYSFLAG_COMPRESSION_ZLIB):
+            raise RemoteProtocolError(
+                f"message on {self.topic} at offset {self.physical_offset} is compressed with "
+                f"type {compression >> 8} (1 = LZ4, 2 = ZSTD); only zlib is supported"
+            )
+        try:
             return zlib.decompress(self.body)
-        return self.body
+        except zlib.error as e:
+            raise RemoteProtocolError(
+                f"message on {self.topic} at offset {self.physical_offset} says its body is "
+                f"zlib-compressed, but it does not decompress ({e})"
+            ) from None
 
 
 def record_size(

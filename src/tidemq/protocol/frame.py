@@ -1,0 +1,159 @@
+"""FrameDecoder: bytes from a connection in, RemotingCommands out (sans-IO).
+
+Theory of operation: ``feed`` takes whatever a socket read returned, in any chunking, and
+returns every command completed by it. Bytes of an unfinished frame wait in a buffer with a
+read position; whole frames are decoded straight out of the buffer (or out of the fed bytes
+when nothing was waiting, the common case), and the consumed front of the buffer is dropped
+only now and then, so many small frames in one feed cost no repeated copying.
+
+A frame's 4-byte length is checked as soon as it arrives, before the decoder waits for the
+rest: below 4 (no room for the header word) or above ``frame_size_max`` is an error. The header
+word is checked as soon as its 4 bytes arrive (known serialize type, header no longer than the
+frame). So a garbage prefix can never make the decoder wait for, or hold, more than
+``frame_size_max`` bytes of one frame.
+
+After an error the decoder is dead: the stream has lost its framing and cannot be resynced,
+so every later ``feed`` raises the same error and the connection must be closed.
+See ``tidemq.protocol.command`` for the frame layout.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from tidemq import limits
+from tidemq.errors import FrameTooLarge, ProtocolError, RemoteProtocolError
+from tidemq.protocol.command import (
+    FRAME_PREFIX_SIZE,
+    HEADER_LENGTH_MAX,
+    HEADER_WORD_SIZE,
+    RemotingCommand,
+    check_header_word,
+    decode_frame_view,
+)
+
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+
+# Drop the consumed front of the buffer once it is this large and at least half the buffer:
+# compaction then moves at most as many bytes as were consumed since the last one.
+_COMPACT_THRESHOLD_BYTES = 64 * 1024
+
+
+class FrameDecoder:
+    """Split a byte stream into RemotingCommands.
+
+    Args:
+        frame_size_max: largest accepted frame length (the prefix's value: header word, header
+            and body). Defaults to ``limits.FRAME_SIZE_MAX`` (16 MiB), RocketMQ's default.
+    """
+
+    def __init__(self, frame_size_max: int = limits.FRAME_SIZE_MAX) -> None:
+        self.frame_size_max = frame_size_max
+        self._buffer = bytearray()
+        self._position = 0  # bytes of _buffer already decoded
+        self._checked_frame_at = -1  # buffer position whose length and header word passed
+        self._error: ProtocolError | None = None
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received but not yet returned as part of a command."""
+        return len(self._buffer) - self._position
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        """Take the next bytes of the stream; return the commands they complete, in order.
+
+        Args:
+            data: any number of bytes; empty is allowed and returns nothing.
+
+        Returns:
+            The commands whose last byte was in ``data`` (often none, or several).
+
+        Raises:
+            FrameTooLarge: a length prefix is above ``frame_size_max``.
+            RemoteProtocolError: a length below 4, an unknown serialize type, a header longer
+                than its frame, or a malformed header. The decoder is dead afterwards and
+                raises the same error on every later call; close the connection. Commands
+                completed earlier in the same call are dropped with it.
+        """
+        if self._error is not None:
+            raise self._error
+        if not data:
+            return []
+        try:
+            if self._position == len(self._buffer):
+                # Nothing waiting: decode straight from ``data``, keep only its unfinished tail.
+                self._buffer.clear()
+                self._position = 0
+                self._checked_frame_at = -1
+                commands, consumed = self._decode_available(data, 0)
+                if consumed < len(data):
+                    self._buffer += memoryview(data)[consumed:]
+                    # Positions were counted in ``data``; the tail now starts the buffer.
+                    self._checked_frame_at = 0 if self._checked_frame_at == consumed else -1
+                return commands
+            self._buffer += data
+            commands, self._position = self._decode_available(self._buffer, self._position)
+            self._compact()
+            return commands
+        except ProtocolError as e:
+            self._error = e
+            self._buffer = bytearray()  # nothing more will be decoded; free the memory
+            self._position = 0
+            raise
+
+    def _decode_available(
+        self, data: bytes | bytearray | memoryview, position: int
+    ) -> tuple[list[RemotingCommand], int]:
+        """Decode every whole frame in ``data`` from ``position``; return them and the new
+        position. Checks the next frame's length and header word even when it is incomplete."""
+        commands: list[RemotingCommand] = []
+        with memoryview(data) as view:
+            end = len(view)
+            while end - position >= FRAME_PREFIX_SIZE:
+                length = _INT32.unpack_from(view, position)[0]
+                frame_start = position + FRAME_PREFIX_SIZE
+                if position != self._checked_frame_at:
+                    self._check_length(length)
+                    if end - frame_start < HEADER_WORD_SIZE:
+                        break
+                    word = _UINT32.unpack_from(view, frame_start)[0]
+                    check_header_word(word >> 24, word & HEADER_LENGTH_MAX, length)
+                    self._checked_frame_at = position
+                frame_end = frame_start + length
+                if frame_end > end:
+                    break
+                commands.append(decode_frame_view(view, frame_start, frame_end))
+                position = frame_end
+        return commands, position
+
+    def _check_length(self, length: int) -> None:
+        if length < HEADER_WORD_SIZE:
+            raise RemoteProtocolError(
+                f"frame length is {length}; at least {HEADER_WORD_SIZE} is needed for the "
+                "header word (is the peer speaking the RocketMQ remoting protocol?)"
+            )
+        if length > self.frame_size_max:
+            raise FrameTooLarge(
+                f"frame is {length} bytes, larger than frame_size_max={self.frame_size_max} "
+                "(set remoting.frame_size_max)"
+            )
+
+    def _compact(self) -> None:
+        position = self._position
+        if position == len(self._buffer):
+            self._buffer.clear()
+            self._position = 0
+            self._checked_frame_at = -1
+        elif position >= _COMPACT_THRESHOLD_BYTES and position * 2 >= len(self._buffer):
+            del self._buffer[:position]
+            self._position = 0
+            if self._checked_frame_at == position:
+                self._checked_frame_at = 0
+            else:
+                self._checked_frame_at = -1
+
+
+def encode_frame(command: RemotingCommand) -> bytes:
+    """The whole frame of ``command``, length prefix included (same as ``command.encode()``)."""
+    return command.encode()

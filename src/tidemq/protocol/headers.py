@@ -1,0 +1,769 @@
+"""Typed request and response headers: views of a command's extFields (protocol-notes §4).
+
+RocketMQ carries a request's parameters as a flat ``extFields`` map of strings, one entry per
+field of a Java "custom header" class, keyed by the Java field name. Each class here is a
+keyword-only dataclass whose fields are declared with ``ext_field("<javaName>")``:
+
+- a field without a default is required: ``from_ext_fields`` raises ``HeaderFieldError`` when
+  it is missing (Java's "the custom field <x> is null");
+- the annotation gives the type: ``str``, ``int`` (Java int or long), ``bool`` or ``float``;
+- unknown keys are ignored, so the ACL fields (``AccessKey``, ``Signature``), ``OnsChannel``
+  and 4.9.5's ``bname`` pass through harmlessly.
+
+Reading follows what real clients send: integers in decimal with an optional sign (never
+``"4.0"``); booleans ``true``/``false`` in any case, and ``1``/``0`` because the C++ client
+writes its booleans that way; an empty string in a non-text optional field counts as absent.
+``to_ext_fields`` writes the Java way: decimal numbers, ``"true"``/``"false"``, None omitted.
+
+SEND_MESSAGE (10) uses long field names and SEND_MESSAGE_V2 (310) / SEND_BATCH_MESSAGE (320)
+the single letters ``a``..``n``; ``SendMessageRequestHeader`` reads and writes both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, NamedTuple, Self
+
+from tidemq.errors import HeaderFieldError
+from tidemq.protocol.codes import RequestCode
+
+_INTEGER = re.compile(r"[+-]?[0-9]{1,19}")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_TRUE_TEXTS = frozenset({"true", "1"})
+_FALSE_TEXTS = frozenset({"false", "0"})
+
+
+def ext_field(name: str, *, default: Any = dataclasses.MISSING, short_name: str | None = None):
+    """Declare a header field carried in extFields under the Java name ``name``.
+
+    Args:
+        name: the extField key (the Java field name).
+        default: the value when absent; without one the field is required.
+        short_name: the key in the compact SEND v2 header (``a``..``n``), if any.
+    """
+    return dataclasses.field(
+        default=default, metadata={"ext_name": name, "short_name": short_name}
+    )
+
+
+class _FieldSpec(NamedTuple):
+    attribute: str
+    name: str
+    short_name: str | None
+    kind: type
+    required: bool
+    default: Any
+
+
+def _parse_str(text: str) -> str:
+    return text
+
+
+def _parse_int(text: str) -> int:
+    if not _INTEGER.fullmatch(text):
+        raise ValueError("expected a decimal integer such as 42")
+    value = int(text)
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError("expected an integer within the Java long range")
+    return value
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in _TRUE_TEXTS:
+        return True
+    if lowered in _FALSE_TEXTS:
+        return False
+    raise ValueError("expected true or false")
+
+
+def _parse_float(text: str) -> float:
+    try:
+        if "_" not in text:
+            return float(text)
+    except ValueError:
+        pass
+    raise ValueError("expected a decimal number such as 0.5")
+
+
+_PARSERS: dict[type, Callable[[str], Any]] = {
+    str: _parse_str,
+    int: _parse_int,
+    bool: _parse_bool,
+    float: _parse_float,
+}
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _field_kind(annotation: Any) -> type:
+    """``int`` from ``int`` or ``int | None``."""
+    if isinstance(annotation, types.UnionType):
+        kinds = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        annotation = kinds[0] if len(kinds) == 1 else None
+    if annotation not in _PARSERS:
+        raise TypeError(f"header field type {annotation!r} is not one of str, int, bool, float")
+    return annotation
+
+
+class Header:
+    """Base of typed headers. Subclasses are ``@header`` dataclasses of ``ext_field``s."""
+
+    __slots__ = ()
+    _specs: ClassVar[tuple[_FieldSpec, ...]] = ()
+
+    @classmethod
+    def from_ext_fields(cls, ext: Mapping[str, str] | None) -> Self:
+        """Read this header from a command's extFields (None reads as empty).
+
+        Raises:
+            HeaderFieldError: a required field is missing, or a field does not parse as its
+                type. The message names the header, the field and the value.
+        """
+        return cls._read(ext or {}, short=False)
+
+    def to_ext_fields(self) -> dict[str, str]:
+        """The extFields a Java peer expects: every non-None field as a string."""
+        return self._write(short=False)
+
+    @classmethod
+    def _read(cls, ext: Mapping[str, str], *, short: bool) -> Self:
+        values: dict[str, Any] = {}
+        for spec in cls._specs:
+            key = spec.short_name if short and spec.short_name else spec.name
+            text = ext.get(key)
+            if text == "" and spec.kind is not str:
+                text = None  # an empty number or flag says "not set", as Java treats it
+            if text is None:
+                if spec.required:
+                    raise HeaderFieldError(
+                        f"{cls.__name__}: required field {_label(spec, key)} is missing; "
+                        "the request must carry it in extFields",
+                        field=key,
+                    )
+                values[spec.attribute] = spec.default
+                continue
+            try:
+                values[spec.attribute] = _PARSERS[spec.kind](str(text))
+            except ValueError as e:
+                raise HeaderFieldError(
+                    f"{cls.__name__}: field {_label(spec, key)} is {str(text)[:100]!r}; {e}",
+                    field=key,
+                    value=str(text),
+                ) from None
+        return cls(**values)
+
+    def _write(self, *, short: bool) -> dict[str, str]:
+        ext: dict[str, str] = {}
+        for spec in self._specs:
+            value = getattr(self, spec.attribute)
+            if value is not None:
+                key = spec.short_name if short and spec.short_name else spec.name
+                ext[key] = _format(value)
+        return ext
+
+
+def _label(spec: _FieldSpec, key: str) -> str:
+    return f"{key!r} ({spec.name})" if key != spec.name else repr(key)
+
+
+_H = typing.TypeVar("_H", bound=type[Header])
+
+
+def header(cls: _H) -> _H:
+    """Make ``cls`` a keyword-only slotted dataclass and compile its field table."""
+    cls = dataclasses.dataclass(kw_only=True, slots=True)(cls)
+    hints = typing.get_type_hints(cls)
+    specs = []
+    for item in dataclasses.fields(cls):
+        required = item.default is dataclasses.MISSING
+        specs.append(
+            _FieldSpec(
+                attribute=item.name,
+                name=item.metadata.get("ext_name", item.name),
+                short_name=item.metadata.get("short_name"),
+                kind=_field_kind(hints[item.name]),
+                required=required,
+                default=None if required else item.default,
+            )
+        )
+    cls._specs = tuple(specs)
+    return cls
+
+
+# -- send ---------------------------------------------------------------------------------------
+
+SEND_V2_CODES = frozenset(
+    {RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2}
+)
+
+
+@header
+class SendMessageRequestHeader(Header):
+    """SEND_MESSAGE (10, long names) and SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (310/320, a..n)."""
+
+    producer_group: str = ext_field("producerGroup", short_name="a")
+    topic: str = ext_field("topic", short_name="b")
+    default_topic: str = ext_field("defaultTopic", short_name="c")
+    default_topic_queue_nums: int = ext_field("defaultTopicQueueNums", short_name="d")
+    queue_id: int = ext_field("queueId", short_name="e")
+    sys_flag: int = ext_field("sysFlag", short_name="f")
+    born_timestamp: int = ext_field("bornTimestamp", short_name="g")
+    flag: int = ext_field("flag", short_name="h")
+    properties: str | None = ext_field("properties", default=None, short_name="i")
+    reconsume_times: int | None = ext_field("reconsumeTimes", default=None, short_name="j")
+    unit_mode: bool = ext_field("unitMode", default=False, short_name="k")
+    max_reconsume_times: int | None = ext_field(
+        "maxReconsumeTimes", default=None, short_name="l"
+    )
+    batch: bool = ext_field("batch", default=False, short_name="m")
+    broker_name: str | None = ext_field("bname", default=None, short_name="n")
+
+    @classmethod
+    def from_ext_fields(cls, ext: Mapping[str, str] | None, code: int | None = None) -> Self:
+        """Read a send header in the form ``code`` implies (v2 for 310/320/325).
+
+        With ``code`` None the form is guessed: short keys when ``b`` (topic) is present.
+
+        Raises:
+            HeaderFieldError: as ``Header.from_ext_fields``.
+        """
+        ext = ext or {}
+        short = code in SEND_V2_CODES if code is not None else "b" in ext
+        return cls._read(ext, short=short)
+
+    def to_ext_fields(self, v2: bool = True) -> dict[str, str]:
+        """The extFields of SEND_MESSAGE_V2/SEND_BATCH_MESSAGE (``v2``) or SEND_MESSAGE."""
+        return self._write(short=v2)
+
+
+@header
+class SendMessageResponseHeader(Header):
+    """SEND response. A Java client reads MSG_REGION and TRACE_ON without a null check, so a
+    broker must set both."""
+
+    msg_id: str = ext_field("msgId")
+    queue_id: int = ext_field("queueId")
+    queue_offset: int = ext_field("queueOffset")
+    transaction_id: str | None = ext_field("transactionId", default=None)
+    msg_region: str | None = ext_field("MSG_REGION", default=None)
+    trace_on: str | None = ext_field("TRACE_ON", default=None)
+
+
+# -- pull and offsets ---------------------------------------------------------------------------
+
+
+@header
+class PullMessageRequestHeader(Header):
+    """PULL_MESSAGE (11). ``sys_flag`` holds PullSysFlag bits."""
+
+    consumer_group: str = ext_field("consumerGroup")
+    topic: str = ext_field("topic")
+    queue_id: int = ext_field("queueId")
+    queue_offset: int = ext_field("queueOffset")
+    max_msg_nums: int = ext_field("maxMsgNums")
+    sys_flag: int = ext_field("sysFlag")
+    commit_offset: int = ext_field("commitOffset")
+    suspend_timeout_millis: int = ext_field("suspendTimeoutMillis")
+    subscription: str | None = ext_field("subscription", default=None)
+    sub_version: int = ext_field("subVersion")
+    expression_type: str | None = ext_field("expressionType", default=None)
+
+
+@header
+class PullMessageResponseHeader(Header):
+    """PULL_MESSAGE response; clients decode it for codes 0, 19, 20 and 21, so send all four."""
+
+    suggest_which_broker_id: int = ext_field("suggestWhichBrokerId")
+    next_begin_offset: int = ext_field("nextBeginOffset")
+    min_offset: int = ext_field("minOffset")
+    max_offset: int = ext_field("maxOffset")
+
+
+@header
+class QueryConsumerOffsetRequestHeader(Header):
+    """QUERY_CONSUMER_OFFSET (14)."""
+
+    consumer_group: str = ext_field("consumerGroup")
+    topic: str = ext_field("topic")
+    queue_id: int = ext_field("queueId")
+
+
+@header
+class QueryConsumerOffsetResponseHeader(Header):
+    """QUERY_CONSUMER_OFFSET response."""
+
+    offset: int = ext_field("offset")
+
+
+@header
+class UpdateConsumerOffsetRequestHeader(Header):
+    """UPDATE_CONSUMER_OFFSET (15); the response has no header fields."""
+
+    consumer_group: str = ext_field("consumerGroup")
+    topic: str = ext_field("topic")
+    queue_id: int = ext_field("queueId")
+    commit_offset: int = ext_field("commitOffset")
+
+
+@header
+class GetMaxOffsetRequestHeader(Header):
+    """GET_MAX_OFFSET (30)."""
+
+    topic: str = ext_field("topic")
+    queue_id: int = ext_field("queueId")
+
+
+@header
+class GetMaxOffsetResponseHeader(Header):
+    """GET_MAX_OFFSET response: the next queue offset to be written."""
+
+    offset: int = ext_field("offset")
+
+
+@header
+class GetMinOffsetRequestHeader(Header):
+    """GET_MIN_OFFSET (31)."""
+
+    topic: str = ext_field("topic")
+    queue_id: int = ext_field("queueId")
+
+
+@header
+class GetMinOffsetResponseHeader(Header):
+    """GET_MIN_OFFSET response."""
+
+    offset: int = ext_field("offset")
+
+
+@header
+class SearchOffsetRequestHeader(Header):
+    """SEARCH_OFFSET_BY_TIMESTAMP (29); ``timestamp`` in ms."""
+
+    topic: str = ext_field("topic")
+    queue_id: int = ext_field("queueId")
+    timestamp: int = ext_field("timestamp")
+
+
+@header
+class SearchOffsetResponseHeader(Header):
+    """SEARCH_OFFSET_BY_TIMESTAMP response."""
+
+    offset: int = ext_field("offset")
+
+
+@header
+class GetEarliestMsgStoretimeRequestHeader(Header):
+    """GET_EARLIEST_MSG_STORETIME (32)."""
+
+    topic: str = ext_field("topic")
+    queue_id: int = ext_field("queueId")
+
+
+@header
+class GetEarliestMsgStoretimeResponseHeader(Header):
+    """GET_EARLIEST_MSG_STORETIME response; ``timestamp`` in ms."""
+
+    timestamp: int = ext_field("timestamp")
+
+
+# -- messages by id or key ----------------------------------------------------------------------
+
+
+@header
+class ViewMessageRequestHeader(Header):
+    """VIEW_MESSAGE_BY_ID (33): ``offset`` is the commit-log physical offset."""
+
+    offset: int = ext_field("offset")
+
+
+@header
+class QueryMessageRequestHeader(Header):
+    """QUERY_MESSAGE (12). ``unique_key_query`` is the extra ``_UNIQUE_KEY_QUERY`` extField."""
+
+    topic: str = ext_field("topic")
+    key: str = ext_field("key")
+    max_num: int = ext_field("maxNum")
+    begin_timestamp: int = ext_field("beginTimestamp")
+    end_timestamp: int = ext_field("endTimestamp")
+    unique_key_query: bool | None = ext_field("_UNIQUE_KEY_QUERY", default=None)
+
+
+@header
+class QueryMessageResponseHeader(Header):
+    """QUERY_MESSAGE response."""
+
+    index_last_update_timestamp: int = ext_field("indexLastUpdateTimestamp")
+    index_last_update_phyoffset: int = ext_field("indexLastUpdatePhyoffset")
+
+
+# -- clients, retries, transactions -------------------------------------------------------------
+
+
+@header
+class UnregisterClientRequestHeader(Header):
+    """UNREGISTER_CLIENT (35)."""
+
+    client_id: str = ext_field("clientID")
+    producer_group: str | None = ext_field("producerGroup", default=None)
+    consumer_group: str | None = ext_field("consumerGroup", default=None)
+
+
+@header
+class GetConsumerListByGroupRequestHeader(Header):
+    """GET_CONSUMER_LIST_BY_GROUP (38); the answer is a JSON body."""
+
+    consumer_group: str = ext_field("consumerGroup")
+
+
+@header
+class NotifyConsumerIdsChangedRequestHeader(Header):
+    """NOTIFY_CONSUMER_IDS_CHANGED (40), broker to consumer, oneway."""
+
+    consumer_group: str = ext_field("consumerGroup")
+
+
+@header
+class ConsumerSendMsgBackRequestHeader(Header):
+    """CONSUMER_SEND_MSG_BACK (36): ``offset`` is the consumed message's commit-log offset."""
+
+    offset: int = ext_field("offset")
+    group: str = ext_field("group")
+    delay_level: int = ext_field("delayLevel")
+    origin_msg_id: str | None = ext_field("originMsgId", default=None)
+    origin_topic: str | None = ext_field("originTopic", default=None)
+    unit_mode: bool = ext_field("unitMode", default=False)
+    max_reconsume_times: int | None = ext_field("maxReconsumeTimes", default=None)
+
+
+@header
+class EndTransactionRequestHeader(Header):
+    """END_TRANSACTION (37). ``commit_or_rollback``: 0 unknown, 8 commit, 12 rollback."""
+
+    producer_group: str = ext_field("producerGroup")
+    tran_state_table_offset: int = ext_field("tranStateTableOffset")
+    commit_log_offset: int = ext_field("commitLogOffset")
+    commit_or_rollback: int = ext_field("commitOrRollback")
+    from_transaction_check: bool = ext_field("fromTransactionCheck", default=False)
+    msg_id: str = ext_field("msgId")
+    transaction_id: str | None = ext_field("transactionId", default=None)
+
+
+@header
+class CheckTransactionStateRequestHeader(Header):
+    """CHECK_TRANSACTION_STATE (39), broker to producer, oneway."""
+
+    tran_state_table_offset: int = ext_field("tranStateTableOffset")
+    commit_log_offset: int = ext_field("commitLogOffset")
+    msg_id: str | None = ext_field("msgId", default=None)
+    transaction_id: str | None = ext_field("transactionId", default=None)
+    offset_msg_id: str | None = ext_field("offsetMsgId", default=None)
+
+
+# -- admin on the broker ------------------------------------------------------------------------
+
+
+@header
+class CreateTopicRequestHeader(Header):
+    """UPDATE_AND_CREATE_TOPIC (17). ``perm`` holds PermName bits (6 = read + write)."""
+
+    topic: str = ext_field("topic")
+    default_topic: str = ext_field("defaultTopic")
+    read_queue_nums: int = ext_field("readQueueNums")
+    write_queue_nums: int = ext_field("writeQueueNums")
+    perm: int = ext_field("perm")
+    topic_filter_type: str = ext_field("topicFilterType")
+    topic_sys_flag: int | None = ext_field("topicSysFlag", default=None)
+    order: bool = ext_field("order", default=False)
+
+
+@header
+class DeleteTopicRequestHeader(Header):
+    """DELETE_TOPIC_IN_BROKER (215)."""
+
+    topic: str = ext_field("topic")
+
+
+@header
+class GetTopicStatsInfoRequestHeader(Header):
+    """GET_TOPIC_STATS_INFO (202)."""
+
+    topic: str = ext_field("topic")
+
+
+@header
+class GetConsumeStatsRequestHeader(Header):
+    """GET_CONSUME_STATS (208); without ``topic`` every subscribed topic counts."""
+
+    consumer_group: str = ext_field("consumerGroup")
+    topic: str | None = ext_field("topic", default=None)
+
+
+@header
+class QueryTopicConsumeByWhoRequestHeader(Header):
+    """QUERY_TOPIC_CONSUME_BY_WHO (300)."""
+
+    topic: str = ext_field("topic")
+
+
+@header
+class GetConsumerConnectionListRequestHeader(Header):
+    """GET_CONSUMER_CONNECTION_LIST (203)."""
+
+    consumer_group: str = ext_field("consumerGroup")
+
+
+@header
+class GetProducerConnectionListRequestHeader(Header):
+    """GET_PRODUCER_CONNECTION_LIST (204)."""
+
+    producer_group: str = ext_field("producerGroup")
+
+
+@header
+class DeleteSubscriptionGroupRequestHeader(Header):
+    """DELETE_SUBSCRIPTIONGROUP (207)."""
+
+    group_name: str = ext_field("groupName")
+    remove_offset: bool = ext_field("removeOffset", default=False)
+
+
+@header
+class ResetOffsetRequestHeader(Header):
+    """INVOKE_BROKER_TO_RESET_OFFSET (222); the force flag's key really is ``isForce``."""
+
+    topic: str = ext_field("topic")
+    group: str = ext_field("group")
+    timestamp: int = ext_field("timestamp")
+    is_force: bool = ext_field("isForce")
+
+
+# -- name server --------------------------------------------------------------------------------
+
+
+@header
+class GetRouteInfoRequestHeader(Header):
+    """GET_ROUTEINFO_BY_TOPIC (105). ``accept_standard_json_only``: 4.9.4+ clients."""
+
+    topic: str = ext_field("topic")
+    accept_standard_json_only: bool | None = ext_field("acceptStandardJsonOnly", default=None)
+
+
+@header
+class RegisterBrokerRequestHeader(Header):
+    """REGISTER_BROKER (103). ``body_crc32`` 0 means "not given"."""
+
+    broker_name: str = ext_field("brokerName")
+    broker_addr: str = ext_field("brokerAddr")
+    cluster_name: str = ext_field("clusterName")
+    ha_server_addr: str = ext_field("haServerAddr")
+    broker_id: int = ext_field("brokerId")
+    compressed: bool = ext_field("compressed", default=False)
+    body_crc32: int = ext_field("bodyCrc32", default=0)
+
+
+@header
+class RegisterBrokerResponseHeader(Header):
+    """REGISTER_BROKER response; set for slaves whose master is alive."""
+
+    ha_server_addr: str | None = ext_field("haServerAddr", default=None)
+    master_addr: str | None = ext_field("masterAddr", default=None)
+
+
+@header
+class UnregisterBrokerRequestHeader(Header):
+    """UNREGISTER_BROKER (104)."""
+
+    broker_name: str = ext_field("brokerName")
+    broker_addr: str = ext_field("brokerAddr")
+    cluster_name: str = ext_field("clusterName")
+    broker_id: int = ext_field("brokerId")
+
+
+@header
+class QueryDataVersionRequestHeader(Header):
+    """QUERY_DATA_VERSION (322); the body is the broker's DataVersion JSON."""
+
+    broker_name: str = ext_field("brokerName")
+    broker_addr: str = ext_field("brokerAddr")
+    cluster_name: str = ext_field("clusterName")
+    broker_id: int = ext_field("brokerId")
+
+
+@header
+class QueryDataVersionResponseHeader(Header):
+    """QUERY_DATA_VERSION response."""
+
+    changed: bool = ext_field("changed")
+
+
+@header
+class GetKVConfigRequestHeader(Header):
+    """GET_KV_CONFIG (101)."""
+
+    namespace: str = ext_field("namespace")
+    key: str = ext_field("key")
+
+
+@header
+class GetKVConfigResponseHeader(Header):
+    """GET_KV_CONFIG response."""
+
+    value: str | None = ext_field("value", default=None)
+
+
+@header
+class PutKVConfigRequestHeader(Header):
+    """PUT_KV_CONFIG (100)."""
+
+    namespace: str = ext_field("namespace")
+    key: str = ext_field("key")
+    value: str = ext_field("value")
+
+
+@header
+class DeleteKVConfigRequestHeader(Header):
+    """DELETE_KV_CONFIG (102)."""
+
+    namespace: str = ext_field("namespace")
+    key: str = ext_field("key")
+
+
+@header
+class GetKVListByNamespaceRequestHeader(Header):
+    """GET_KVLIST_BY_NAMESPACE (219)."""
+
+    namespace: str = ext_field("namespace")
+
+
+@header
+class GetTopicsByClusterRequestHeader(Header):
+    """GET_TOPICS_BY_CLUSTER (224)."""
+
+    cluster: str = ext_field("cluster")
+
+
+@header
+class WipeWritePermOfBrokerRequestHeader(Header):
+    """WIPE_WRITE_PERM_OF_BROKER (205)."""
+
+    broker_name: str = ext_field("brokerName")
+
+
+@header
+class WipeWritePermOfBrokerResponseHeader(Header):
+    """WIPE_WRITE_PERM_OF_BROKER response."""
+
+    wipe_topic_count: int = ext_field("wipeTopicCount")
+
+
+@header
+class AddWritePermOfBrokerRequestHeader(Header):
+    """ADD_WRITE_PERM_OF_BROKER (327)."""
+
+    broker_name: str = ext_field("brokerName")
+
+
+@header
+class AddWritePermOfBrokerResponseHeader(Header):
+    """ADD_WRITE_PERM_OF_BROKER response."""
+
+    add_topic_count: int = ext_field("addTopicCount")
+
+
+@header
+class DeleteTopicFromNamesrvRequestHeader(Header):
+    """DELETE_TOPIC_IN_NAMESRV (216)."""
+
+    topic: str = ext_field("topic")
+    cluster_name: str | None = ext_field("clusterName", default=None)
+
+
+# -- lookup by code -----------------------------------------------------------------------------
+
+REQUEST_HEADERS: dict[int, type[Header]] = {
+    RequestCode.SEND_MESSAGE: SendMessageRequestHeader,
+    RequestCode.SEND_MESSAGE_V2: SendMessageRequestHeader,
+    RequestCode.SEND_BATCH_MESSAGE: SendMessageRequestHeader,
+    RequestCode.PULL_MESSAGE: PullMessageRequestHeader,
+    RequestCode.QUERY_MESSAGE: QueryMessageRequestHeader,
+    RequestCode.QUERY_CONSUMER_OFFSET: QueryConsumerOffsetRequestHeader,
+    RequestCode.UPDATE_CONSUMER_OFFSET: UpdateConsumerOffsetRequestHeader,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: CreateTopicRequestHeader,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: SearchOffsetRequestHeader,
+    RequestCode.GET_MAX_OFFSET: GetMaxOffsetRequestHeader,
+    RequestCode.GET_MIN_OFFSET: GetMinOffsetRequestHeader,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: GetEarliestMsgStoretimeRequestHeader,
+    RequestCode.VIEW_MESSAGE_BY_ID: ViewMessageRequestHeader,
+    RequestCode.UNREGISTER_CLIENT: UnregisterClientRequestHeader,
+    RequestCode.CONSUMER_SEND_MSG_BACK: ConsumerSendMsgBackRequestHeader,
+    RequestCode.END_TRANSACTION: EndTransactionRequestHeader,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: GetConsumerListByGroupRequestHeader,
+    RequestCode.CHECK_TRANSACTION_STATE: CheckTransactionStateRequestHeader,
+    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: NotifyConsumerIdsChangedRequestHeader,
+    RequestCode.PUT_KV_CONFIG: PutKVConfigRequestHeader,
+    RequestCode.GET_KV_CONFIG: GetKVConfigRequestHeader,
+    RequestCode.DELETE_KV_CONFIG: DeleteKVConfigRequestHeader,
+    RequestCode.REGISTER_BROKER: RegisterBrokerRequestHeader,
+    RequestCode.UNREGISTER_BROKER: UnregisterBrokerRequestHeader,
+    RequestCode.GET_ROUTEINFO_BY_TOPIC: GetRouteInfoRequestHeader,
+    RequestCode.GET_TOPIC_STATS_INFO: GetTopicStatsInfoRequestHeader,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: GetConsumerConnectionListRequestHeader,
+    RequestCode.GET_PRODUCER_CONNECTION_LIST: GetProducerConnectionListRequestHeader,
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER: WipeWritePermOfBrokerRequestHeader,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: DeleteSubscriptionGroupRequestHeader,
+    RequestCode.GET_CONSUME_STATS: GetConsumeStatsRequestHeader,
+    RequestCode.DELETE_TOPIC_IN_BROKER: DeleteTopicRequestHeader,
+    RequestCode.DELETE_TOPIC_IN_NAMESRV: DeleteTopicFromNamesrvRequestHeader,
+    RequestCode.GET_KVLIST_BY_NAMESPACE: GetKVListByNamespaceRequestHeader,
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: ResetOffsetRequestHeader,
+    RequestCode.GET_TOPICS_BY_CLUSTER: GetTopicsByClusterRequestHeader,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: QueryTopicConsumeByWhoRequestHeader,
+    RequestCode.QUERY_DATA_VERSION: QueryDataVersionRequestHeader,
+    RequestCode.ADD_WRITE_PERM_OF_BROKER: AddWritePermOfBrokerRequestHeader,
+}
+"""The request header class of each request code that has one (SEND codes share one class;
+call ``SendMessageRequestHeader.from_ext_fields(ext, code)`` for those)."""
+
+RESPONSE_HEADERS: dict[int, type[Header]] = {
+    RequestCode.SEND_MESSAGE: SendMessageResponseHeader,
+    RequestCode.SEND_MESSAGE_V2: SendMessageResponseHeader,
+    RequestCode.SEND_BATCH_MESSAGE: SendMessageResponseHeader,
+    RequestCode.PULL_MESSAGE: PullMessageResponseHeader,
+    RequestCode.QUERY_MESSAGE: QueryMessageResponseHeader,
+    RequestCode.QUERY_CONSUMER_OFFSET: QueryConsumerOffsetResponseHeader,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: SearchOffsetResponseHeader,
+    RequestCode.GET_MAX_OFFSET: GetMaxOffsetResponseHeader,
+    RequestCode.GET_MIN_OFFSET: GetMinOffsetResponseHeader,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: GetEarliestMsgStoretimeResponseHeader,
+    RequestCode.GET_KV_CONFIG: GetKVConfigResponseHeader,
+    RequestCode.REGISTER_BROKER: RegisterBrokerResponseHeader,
+    RequestCode.QUERY_DATA_VERSION: QueryDataVersionResponseHeader,
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER: WipeWritePermOfBrokerResponseHeader,
+    RequestCode.ADD_WRITE_PERM_OF_BROKER: AddWritePermOfBrokerResponseHeader,
+}
+"""The response header class for the response to each request code that has one."""
+
+
+def read_request_header(code: int, ext: Mapping[str, str] | None) -> Header | None:
+    """The typed request header of a request with ``code``, or None when its code has none.
+
+    Raises:
+        HeaderFieldError: a required field is missing or a field does not parse.
+    """
+    cls = REQUEST_HEADERS.get(code)
+    if cls is None:
+        return None
+    if cls is SendMessageRequestHeader:
+        return SendMessageRequestHeader.from_ext_fields(ext, code)
+    return cls.from_ext_fields(ext)
