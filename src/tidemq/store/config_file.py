@@ -1,0 +1,205 @@
+"""A config file saved atomically with a ``.bak`` copy, read back with a fallback to that copy.
+
+The broker keeps its tables (topics, consumer offsets, subscription groups, delay offsets) as
+JSON files under ``<storePathRootDir>/config/`` (protocol-notes §10.5). Saving one::
+
+    1. write <file>.tmp and fsync it            a crash here leaves <file> as it was
+    2. copy <file> to <file>.bak and fsync it   the previous good version, kept for step 1
+                                                of the next save going wrong on disk
+    3. rename <file>.tmp over <file>            atomic on POSIX: readers see old or new
+    4. fsync the directory                      the rename itself survives a power cut
+
+RocketMQ deletes ``<file>`` before the rename; replacing it in one step leaves no moment
+without a main file. Loading reads ``<file>``; when it is missing, unreadable or rejected by
+the validator, the ``.bak`` copy is used and a WARNING names both files; when both are bad,
+:class:`~tidemq.errors.ConfigFileCorrupt` says which files and what to do. A ``.tmp`` left by
+a crash is ignored and overwritten by the next save.
+
+Not thread-safe: one owner saves a given file (the broker's persist task).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tidemq.errors import ConfigFileCorrupt, StoreError, StoreFull
+from tidemq.protocol import jsonx
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class _Missing(Exception):
+    """The file does not exist."""
+
+
+class _Empty(Exception):
+    """The file exists with no bytes: a torn write (RocketMQ treats it as absent)."""
+
+
+class ConfigFile:
+    """One JSON (or any bytes) config file with its ``.bak`` and ``.tmp`` companions.
+
+    Args:
+        path: the main file, e.g. ``<storePathRootDir>/config/topics.json``.
+        validator: called with the file's bytes on load; raising anything means the content
+            is corrupt and the ``.bak`` copy is tried. ``load_json`` also rejects bytes that
+            are not JSON.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        validator: Callable[[bytes], object] | None = None,
+    ):
+        self.path = Path(path)
+        self.backup_path = self.path.with_name(self.path.name + ".bak")
+        self.temp_path = self.path.with_name(self.path.name + ".tmp")
+        self.validator = validator
+        # Set when the last load found the main file corrupt: the next save must not copy
+        # that corrupt file over the good .bak it was loaded from.
+        self._main_is_corrupt = False
+
+    # -- loading --------------------------------------------------------------------------------
+
+    def load(self) -> bytes | None:
+        """The content of the main file, or of ``.bak`` when the main file is bad.
+
+        Returns:
+            The bytes, or None when neither file exists (a new store).
+
+        Raises:
+            ConfigFileCorrupt: no good copy exists; the message names the files and the fix.
+        """
+        return self.load_parsed(self._validated)
+
+    def load_json(self) -> Any:
+        """Like :meth:`load`, parsed with :func:`tidemq.protocol.jsonx.loads` (fastjson's
+        unquoted integer keys are accepted); None when neither file exists."""
+        return self.load_parsed(lambda data: jsonx.loads(self._validated(data)))
+
+    def load_parsed(self, parse: Callable[[bytes], T]) -> T | None:
+        """Load through ``parse``, which decodes the bytes and raises when they are bad.
+
+        This is the general form of :meth:`load` and :meth:`load_json`: the config tables
+        pass their decoder, so a file that is JSON but not the table's shape falls back too.
+        """
+        main_problem = backup_problem = None
+        try:
+            result = parse(self._read(self.path))
+            self._main_is_corrupt = False
+            return result
+        except _Missing:
+            main_problem = "missing"
+        except Exception as exc:  # the validator's contract: raising anything means corrupt
+            main_problem = _describe(exc)
+            self._main_is_corrupt = True
+        try:
+            result = parse(self._read(self.backup_path))
+        except _Missing:
+            if main_problem == "missing":
+                return None
+            backup_problem = "missing"
+        except Exception as exc:
+            backup_problem = _describe(exc)
+        else:
+            log.warning(
+                "config file %s is %s; loaded the backup %s instead (the next save rewrites %s)",
+                self.path,
+                main_problem,
+                self.backup_path,
+                self.path.name,
+            )
+            return result
+        raise ConfigFileCorrupt(
+            f"config file {self.path} is {main_problem} and its backup {self.backup_path} is "
+            f"{backup_problem}; restore {self.path.name} from a copy, or delete both files to "
+            "start this table empty (topics, offsets or groups in it are then lost)"
+        )
+
+    def _validated(self, data: bytes) -> bytes:
+        if self.validator is not None:
+            self.validator(data)
+        return data
+
+    @staticmethod
+    def _read(path: Path) -> bytes:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise _Missing() from None
+        if not data:
+            raise _Empty()
+        return data
+
+    # -- saving ---------------------------------------------------------------------------------
+
+    def save(self, data: bytes) -> None:
+        """Replace the file's content atomically, keeping the previous content as ``.bak``.
+
+        Raises:
+            StoreFull: the disk has no room (ENOSPC, EDQUOT); the old file is intact.
+            StoreError: any other I/O failure, naming the file; the old file is intact.
+        """
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _write_synced(self.temp_path, data)
+            if not self._main_is_corrupt:
+                try:
+                    previous = self.path.read_bytes()
+                except FileNotFoundError:
+                    previous = None
+                if previous:
+                    _write_synced(self.backup_path, previous)
+            os.replace(self.temp_path, self.path)
+            _fsync_directory(self.path.parent)
+        except OSError as exc:
+            # A partial .tmp would only hold disk space; the next save rewrites it anyway.
+            with contextlib.suppress(OSError):
+                self.temp_path.unlink(missing_ok=True)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise StoreFull(
+                    f"no space left to save config file {self.path} ({len(data)} bytes): {exc}; "
+                    "free disk space on that volume"
+                ) from exc
+            raise StoreError(f"cannot save config file {self.path}: {exc}") from exc
+        self._main_is_corrupt = False
+
+    def save_json(self, obj: Any) -> None:
+        """Save ``obj`` as pretty-printed JSON (keys sorted, integer keys quoted)."""
+        self.save(jsonx.dumps(obj, pretty=True))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        return f"unreadable ({exc.strerror or exc})"
+    if isinstance(exc, _Empty):
+        return "empty"
+    return f"corrupt ({exc})"
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

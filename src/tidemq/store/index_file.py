@@ -1,0 +1,633 @@
+"""The hash index: message keys to commit-log offsets, RocketMQ's index file byte for byte.
+
+An index file lives at ``<storePathRootDir>/index/<yyyyMMddHHmmssSSS>``, named by the local time
+it was created, and has a fixed size, so all three parts sit at known offsets. Big-endian::
+
+    header (40 bytes)
+      off  size  field
+        0     8  beginTimestamp      store time (ms) of the first entry
+        8     8  endTimestamp        store time (ms) of the last entry
+       16     8  beginPhyOffset      commit-log offset of the first entry's message
+       24     8  endPhyOffset        commit-log offset of the last entry's message
+       32     4  hashSlotCount       slots in use (a statistic; nothing depends on it)
+       36     4  indexCount          next entry number; starts at 1, so entry 0 is never used
+    hash slots (max_hash_slot_num x 4 bytes) at 40
+      slot s = int32 number of the newest entry whose keyHash % max_hash_slot_num == s,
+               0 when the slot is empty
+    entries (max_index_num x 20 bytes) at 40 + max_hash_slot_num * 4
+      off  size  field
+        0     4  keyHash             abs(Java String.hashCode("topic#key")), MIN_VALUE -> 0
+        4     8  phyOffset           commit-log offset of the message
+       12     4  timeDiff            seconds from beginTimestamp, clamped to [0, 2^31 - 1]
+       16     4  prevIndex           the previous entry of the same slot's chain, 0 = end
+
+    file size = 40 + max_hash_slot_num * 4 + max_index_num * 20
+              = 40 + 20,000,000 + 400,000,000 = 420,000,040 bytes by default
+
+Entry n sits at ``40 + max_hash_slot_num * 4 + n * 20``; a file is full when indexCount reaches
+max_index_num, and the next key goes to a new file that starts with the previous file's end
+offset and time. Files are created sparse (truncate, never written with zeros) and mmap'd.
+There is no checksum: the index is derived data, rebuilt from the commit log.
+
+A message is indexed under ``topic#UNIQ_KEY`` and ``topic#<each KEYS token>``. A query hashes
+``topic#key``, reads the slot and walks the chain backwards (entries only ever point to older
+entries), keeping offsets whose keyHash matches and whose time ``beginTimestamp + timeDiff *
+1000`` lies in the window; hash collisions are left for the caller, who reads the message and
+compares its keys. Files are searched newest first, only those whose [begin, end] time range
+overlaps the window.
+
+After a crash: the store's checkpoint records ``last_flushed_timestamp_ms``, the end time of
+the index as of its last flush. An unclean ``load`` deletes every file whose endTimestamp is
+newer than that (as RocketMQ does); recovery re-dispatches the commit log past its own recovery
+point, and ``put`` skips messages at or below ``last_update_physical_offset``, so re-dispatch
+never indexes a message twice. Entries of a deleted file that precede the recovery point are
+not rebuilt (RocketMQ behaves the same): queries by key for those messages find nothing.
+
+Threads: ``put`` runs on the dispatching thread, ``query`` on request threads, ``flush`` on
+the flush thread and ``delete_files_below`` on retention. All take the service's lock; a query
+walks at most ``max_index_num`` entries per file, so it holds the lock for a bounded time, and
+``flush`` waits for the disk outside it (a second lock keeps files from closing meanwhile).
+
+Disk full: the files are sparse, so blocks are allocated when a page is first written through
+the mapping; on a full disk that write faults (SIGBUS), as with any mmap'd sparse file. The
+store is expected to stop accepting messages before its volume fills (diskMaxUsedSpaceRatio).
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import re
+import struct
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from tidemq.errors import StoreError
+from tidemq.protocol.message import java_string_hash
+
+log = logging.getLogger(__name__)
+
+INDEX_HEADER_SIZE = 40  # 8 + 8 + 8 + 8 + 4 + 4
+HASH_SLOT_SIZE = 4
+INDEX_ENTRY_SIZE = 20  # 4 + 8 + 4 + 4
+
+# RocketMQ's defaults (MessageStoreConfig.maxHashSlotNum / maxIndexNum): 20M keys per file at
+# four entries per slot on average when full, so a query walks short chains.
+MAX_HASH_SLOT_NUM_DEFAULT = 5_000_000
+MAX_INDEX_NUM_DEFAULT = 20_000_000
+
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")
+_SLOT = struct.Struct(">i")
+_pack_entry = _ENTRY.pack_into
+_pack_slot = _SLOT.pack_into
+_unpack_slot = _SLOT.unpack_from
+_INT32_MAX = 2**31 - 1
+_INT32_MIN = -(2**31)
+_FILE_NAME = re.compile(r"^[0-9]{17}$")
+
+
+def index_file_size(max_hash_slot_num: int, max_index_num: int) -> int:
+    """Bytes of an index file with these settings (420,000,040 for the defaults)."""
+    return INDEX_HEADER_SIZE + max_hash_slot_num * HASH_SLOT_SIZE + max_index_num * INDEX_ENTRY_SIZE
+
+
+def index_key_hash(key: str) -> int:
+    """The keyHash of an indexed key (``topic#key``): abs(Java hashCode), MIN_VALUE -> 0."""
+    value = java_string_hash(key)
+    return 0 if value == _INT32_MIN else abs(value)
+
+
+class IndexFile:
+    """One mmap'd index file. Not thread-safe: :class:`IndexService` serialises access."""
+
+    __slots__ = (
+        "_entries_base",
+        "_fd",
+        "_mmap",
+        "begin_physical_offset",
+        "begin_timestamp_ms",
+        "end_physical_offset",
+        "end_timestamp_ms",
+        "hash_slot_count",
+        "index_count",
+        "max_hash_slot_num",
+        "max_index_num",
+        "path",
+    )
+
+    def __init__(
+        self, path: Path, fd: int, mapped: mmap.mmap, max_hash_slot_num: int, max_index_num: int
+    ):
+        self.path = path
+        self._fd = fd
+        self._mmap = mapped
+        self.max_hash_slot_num = max_hash_slot_num
+        self.max_index_num = max_index_num
+        self._entries_base = INDEX_HEADER_SIZE + max_hash_slot_num * HASH_SLOT_SIZE
+        (
+            self.begin_timestamp_ms,
+            self.end_timestamp_ms,
+            self.begin_physical_offset,
+            self.end_physical_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = _HEADER.unpack_from(mapped, 0)
+        # A file created but never written reads as all zeros; entry numbering starts at 1.
+        self.index_count = max(self.index_count, 1)
+
+    @classmethod
+    def create(
+        cls,
+        path: Path,
+        max_hash_slot_num: int,
+        max_index_num: int,
+        *,
+        end_physical_offset: int = 0,
+        end_timestamp_ms: int = 0,
+    ) -> IndexFile:
+        """Create a sparse file that continues where the previous file ended."""
+        size = index_file_size(max_hash_slot_num, max_index_num)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.ftruncate(fd, size)  # sparse: the OS hands out zero pages on demand
+            mapped = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        index_file = cls(path, fd, mapped, max_hash_slot_num, max_index_num)
+        index_file.begin_physical_offset = index_file.end_physical_offset = end_physical_offset
+        index_file.begin_timestamp_ms = index_file.end_timestamp_ms = end_timestamp_ms
+        index_file.write_header()
+        return index_file
+
+    @classmethod
+    def open(cls, path: Path, max_hash_slot_num: int, max_index_num: int) -> IndexFile:
+        """Map an existing file.
+
+        Raises:
+            StoreError: the file's size does not match the settings it is opened with.
+        """
+        size = index_file_size(max_hash_slot_num, max_index_num)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != size:
+                raise StoreError(
+                    f"index file {path} is {actual} bytes, but max_hash_slot_num="
+                    f"{max_hash_slot_num} and max_index_num={max_index_num} make {size}; set "
+                    "maxHashSlotNum and maxIndexNum back to the values it was written with, "
+                    "or delete the index directory to start a new index"
+                )
+            mapped = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, mapped, max_hash_slot_num, max_index_num)
+
+    def header_problem(self) -> str | None:
+        """Why the header cannot be trusted, or None when it is sane."""
+        if not 1 <= self.index_count <= self.max_index_num:
+            return f"indexCount {self.index_count} is outside 1..{self.max_index_num}"
+        if self.index_count > 1 and self.end_timestamp_ms < self.begin_timestamp_ms:
+            return (
+                f"endTimestamp {self.end_timestamp_ms} is before beginTimestamp "
+                f"{self.begin_timestamp_ms}"
+            )
+        return None
+
+    @property
+    def is_full(self) -> bool:
+        """No room for another entry: the next key goes to a new file."""
+        return self.index_count >= self.max_index_num
+
+    @property
+    def is_empty(self) -> bool:
+        """No entry yet (entry numbers start at 1)."""
+        return self.index_count <= 1
+
+    def put_keys(
+        self, key_hashes: list[int], start: int, physical_offset: int, store_timestamp_ms: int
+    ) -> int:
+        """Append entries for ``key_hashes[start:]`` of one message, each becoming the head of
+        its slot's chain, until the file is full; then write the header.
+
+        Returns:
+            The position in ``key_hashes`` after the last one written (``len`` when all fit).
+        """
+        mapped = self._mmap
+        index_count = self.index_count
+        if index_count <= 1:
+            # RocketMQ computes the first entry's timeDiff against the carried-over begin time
+            # and then moves begin; setting begin first keeps the first entry's time exact.
+            self.begin_physical_offset = physical_offset
+            self.begin_timestamp_ms = store_timestamp_ms
+        time_diff_s = (store_timestamp_ms - self.begin_timestamp_ms) // 1000
+        if time_diff_s < 0:
+            time_diff_s = 0
+        elif time_diff_s > _INT32_MAX:
+            time_diff_s = _INT32_MAX
+        slot_num = self.max_hash_slot_num
+        entries_base = self._entries_base
+        fit = min(len(key_hashes), start + self.max_index_num - index_count)
+        # Per key: one slot read, one entry write, one slot write, all straight on the mmap.
+        for position in range(start, fit):
+            key_hash = key_hashes[position]
+            slot_position = INDEX_HEADER_SIZE + (key_hash % slot_num) * HASH_SLOT_SIZE
+            chain_head = _unpack_slot(mapped, slot_position)[0]
+            if chain_head <= 0 or chain_head >= index_count:
+                chain_head = 0
+                self.hash_slot_count += 1
+            _pack_entry(
+                mapped,
+                entries_base + index_count * INDEX_ENTRY_SIZE,
+                key_hash,
+                physical_offset,
+                time_diff_s,
+                chain_head,
+            )
+            _pack_slot(mapped, slot_position, index_count)
+            index_count += 1
+        if fit > start:
+            self.index_count = index_count
+            self.end_physical_offset = physical_offset
+            self.end_timestamp_ms = store_timestamp_ms
+            self.write_header()
+        return fit
+
+    def write_header(self) -> None:
+        """Store the in-memory header fields into the file's first 40 bytes."""
+        _HEADER.pack_into(
+            self._mmap,
+            0,
+            self.begin_timestamp_ms,
+            self.end_timestamp_ms,
+            self.begin_physical_offset,
+            self.end_physical_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    def overlaps(self, begin_ms: int, end_ms: int) -> bool:
+        """Whether the file's [begin, end] store-time range meets the window [begin_ms, end_ms]."""
+        return self.begin_timestamp_ms <= end_ms and begin_ms <= self.end_timestamp_ms
+
+    def collect(
+        self,
+        key_hash: int,
+        begin_ms: int,
+        end_ms: int,
+        max_count: int,
+        found: list[int],
+        seen: set[int],
+    ) -> None:
+        """Append to ``found`` the offsets of entries matching the hash and the time window.
+
+        Stops at ``max_count`` offsets in ``found``, at the end of the chain, or at the first
+        entry older than the window (the chain runs newest to oldest).
+        """
+        mapped = self._mmap
+        index_count = self.index_count
+        slot_position = INDEX_HEADER_SIZE + (key_hash % self.max_hash_slot_num) * HASH_SLOT_SIZE
+        entry_number = _SLOT.unpack_from(mapped, slot_position)[0]
+        entries_base = self._entries_base
+        begin_timestamp_ms = self.begin_timestamp_ms
+        # Entry numbers strictly decrease along a sane chain; checking that bounds the walk
+        # even in a damaged file.
+        while 0 < entry_number < index_count and len(found) < max_count:
+            entry_hash, physical_offset, time_diff_s, previous = _ENTRY.unpack_from(
+                mapped, entries_base + entry_number * INDEX_ENTRY_SIZE
+            )
+            entry_time_ms = begin_timestamp_ms + time_diff_s * 1000
+            if (
+                entry_hash == key_hash
+                and begin_ms <= entry_time_ms <= end_ms
+                and physical_offset not in seen
+            ):
+                seen.add(physical_offset)
+                found.append(physical_offset)
+            if entry_time_ms < begin_ms or previous >= entry_number:
+                break
+            entry_number = previous
+
+    def flush(self) -> None:
+        """Write the file's dirty pages to disk.
+
+        fsync on the descriptor rather than ``mmap.flush``: on Linux both write the page cache
+        that the shared mapping dirtied, but fsync releases the GIL while it waits.
+        """
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        """Unmap the file and close its descriptor."""
+        self._mmap.close()
+        os.close(self._fd)
+
+    def delete(self) -> None:
+        """Close and remove the file."""
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+
+class IndexService:
+    """The index files of one store: put keys as messages are dispatched, query by key and time.
+
+    Args:
+        index_dir: ``<storePathRootDir>/index``; created when missing.
+        max_hash_slot_num: hash slots per file (RocketMQ ``maxHashSlotNum``).
+        max_index_num: entries per file (RocketMQ ``maxIndexNum``); entry 0 is never used,
+            so a file holds ``max_index_num - 1`` keys.
+    """
+
+    def __init__(
+        self,
+        index_dir: str | os.PathLike[str],
+        *,
+        max_hash_slot_num: int = MAX_HASH_SLOT_NUM_DEFAULT,
+        max_index_num: int = MAX_INDEX_NUM_DEFAULT,
+    ):
+        if max_hash_slot_num < 1 or max_index_num < 2:
+            raise ValueError(
+                f"max_hash_slot_num={max_hash_slot_num} and max_index_num={max_index_num}: "
+                "need at least 1 slot and 2 entries (entry 0 is never used)"
+            )
+        self.index_dir = Path(index_dir)
+        self.max_hash_slot_num = max_hash_slot_num
+        self.max_index_num = max_index_num
+        self._files: list[IndexFile] = []
+        self._dirty: set[IndexFile] = set()
+        # _lock guards the file list and the mmaps (every method). _flush_lock is held by the
+        # methods that may close a file (flush, close, destroy, load, delete_files_below) so
+        # flush can fsync outside _lock without a file closing under it. Order: _flush_lock,
+        # then _lock.
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._last_physical_offset = -1
+        self._last_flushed_timestamp_ms = 0
+        self._closed = False
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def last_update_physical_offset(self) -> int:
+        """Commit-log offset of the newest indexed message; -1 when nothing is indexed."""
+        return self._last_physical_offset
+
+    @property
+    def last_update_timestamp_ms(self) -> int:
+        """Store time of the newest indexed message; 0 when nothing is indexed."""
+        return self._files[-1].end_timestamp_ms if self._files else 0
+
+    @property
+    def last_flushed_timestamp_ms(self) -> int:
+        """``last_update_timestamp_ms`` as of the last :meth:`flush`: what the checkpoint's
+        indexMsgTimestamp may record, since only flushed entries are sure to survive a crash."""
+        return self._last_flushed_timestamp_ms
+
+    @property
+    def file_paths(self) -> list[Path]:
+        """The index files, oldest first."""
+        with self._lock:
+            return [index_file.path for index_file in self._files]
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def load(self, clean_exit: bool, checkpoint_index_timestamp_ms: int) -> None:
+        """Open the existing index files, oldest (by name) first.
+
+        Args:
+            clean_exit: False after a crash (the store found its ``abort`` file).
+            checkpoint_index_timestamp_ms: the checkpoint's indexMsgTimestamp. After a crash,
+                files with entries newer than this may be torn, so they are deleted, to be
+                rebuilt by re-dispatch.
+
+        Raises:
+            StoreError: a file's size does not match max_hash_slot_num / max_index_num, or
+                the directory cannot be read.
+        """
+        with self._flush_lock, self._lock:
+            self._check_open()
+            for index_file in self._files:
+                index_file.close()
+            self._files, self._dirty = [], set()
+            try:
+                self.index_dir.mkdir(parents=True, exist_ok=True)
+                names = sorted(p.name for p in self.index_dir.iterdir() if _FILE_NAME.match(p.name))
+            except OSError as exc:
+                raise StoreError(f"cannot read index directory {self.index_dir}: {exc}") from exc
+            for name in names:
+                index_file = self._open_existing(name, clean_exit, checkpoint_index_timestamp_ms)
+                if index_file is not None:
+                    self._files.append(index_file)
+            self._last_physical_offset = self._indexed_end_offset()
+            self._last_flushed_timestamp_ms = self.last_update_timestamp_ms
+
+    def _open_existing(
+        self, name: str, clean_exit: bool, checkpoint_index_timestamp_ms: int
+    ) -> IndexFile | None:
+        """Open one file for ``load``, or delete it and return None when it cannot be trusted."""
+        path = self.index_dir / name
+        try:
+            index_file = IndexFile.open(path, self.max_hash_slot_num, self.max_index_num)
+        except OSError as exc:
+            raise StoreError(f"cannot open index file {path}: {exc}") from exc
+        problem = index_file.header_problem()
+        if problem:
+            # Derived data: dropping it loses key lookups for old messages, never messages.
+            log.warning(
+                "index file %s has a damaged header (%s); deleted it: queries by key for the "
+                "messages it covered will find nothing",
+                path,
+                problem,
+            )
+            index_file.delete()
+            return None
+        if not clean_exit and index_file.end_timestamp_ms > checkpoint_index_timestamp_ms:
+            log.warning(
+                "index file %s ends at %d, after the checkpoint's index time %d; deleted it "
+                "after the unclean shutdown, re-dispatch rebuilds what follows the recovery point",
+                path,
+                index_file.end_timestamp_ms,
+                checkpoint_index_timestamp_ms,
+            )
+            index_file.delete()
+            return None
+        return index_file
+
+    def flush(self) -> None:
+        """Write every changed page of every changed file to disk.
+
+        Puts and queries go on meanwhile: the disk wait happens outside the index lock.
+
+        Raises:
+            StoreError: the fsync failed; the files stay marked for the next flush.
+        """
+        with self._flush_lock:
+            self._flush_dirty()
+
+    def _flush_dirty(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            dirty, self._dirty = self._dirty, set()
+            flushed_timestamp_ms = self.last_update_timestamp_ms
+        try:
+            for index_file in dirty:
+                index_file.flush()
+        except OSError as exc:
+            with self._lock:
+                self._dirty |= dirty
+            raise StoreError(f"cannot flush index files in {self.index_dir}: {exc}") from exc
+        self._last_flushed_timestamp_ms = flushed_timestamp_ms
+
+    def close(self) -> None:
+        """Flush and unmap every file. Further calls other than ``close`` raise StoreError."""
+        with self._flush_lock:
+            try:
+                self._flush_dirty()
+            finally:
+                with self._lock:
+                    for index_file in self._files:
+                        index_file.close()
+                    self._files, self._dirty = [], set()
+                    self._closed = True
+
+    def destroy(self) -> None:
+        """Delete every index file; the service stays usable, as if on an empty directory."""
+        with self._flush_lock, self._lock:
+            self._check_open()
+            for index_file in self._files:
+                index_file.delete()
+            self._files, self._dirty = [], set()
+            self._last_physical_offset = -1
+            self._last_flushed_timestamp_ms = 0
+
+    def delete_files_below(self, min_physical_offset: int) -> int:
+        """Delete whole files whose last entry is below ``min_physical_offset`` (retention).
+
+        The newest file is kept even when it qualifies: it is the one being written, and its
+        header carries the index's end offset and time.
+
+        Returns:
+            How many files were deleted.
+        """
+        with self._flush_lock, self._lock:
+            self._check_open()
+            expired = [f for f in self._files[:-1] if f.end_physical_offset < min_physical_offset]
+            for index_file in expired:
+                self._files.remove(index_file)
+                self._dirty.discard(index_file)
+                index_file.delete()
+                log.info(
+                    "deleted index file %s, below offset %d", index_file.path, min_physical_offset
+                )
+            return len(expired)
+
+    # -- the hot path ---------------------------------------------------------------------------
+
+    def put(
+        self, topic: str, keys: Iterable[str], physical_offset: int, store_timestamp_ms: int
+    ) -> None:
+        """Index one message under ``topic#key`` for each non-empty key.
+
+        A message at or below ``last_update_physical_offset`` is already indexed (recovery
+        re-dispatches from a point before the index's end) and is skipped whole. Rolls to a
+        new file when the current one is full.
+
+        Raises:
+            StoreError: the index file cannot be created (disk full, permissions).
+        """
+        prefix = topic + "#"
+        key_hashes = [index_key_hash(prefix + key) for key in keys if key]
+        with self._lock:
+            if physical_offset <= self._last_physical_offset or not key_hashes:
+                return
+            self._check_open()
+            files = self._files
+            index_file = files[-1] if files else None
+            written = 0
+            while written < len(key_hashes):
+                if index_file is None or index_file.is_full:
+                    index_file = self._roll(index_file)
+                written = index_file.put_keys(
+                    key_hashes, written, physical_offset, store_timestamp_ms
+                )
+            self._dirty.add(index_file)
+            self._last_physical_offset = physical_offset
+
+    def _roll(self, full_file: IndexFile | None) -> IndexFile:
+        if full_file is not None:
+            self._dirty.add(full_file)
+        path = self.index_dir / self._new_file_name()
+        try:
+            self.index_dir.mkdir(parents=True, exist_ok=True)
+            new_file = IndexFile.create(
+                path,
+                self.max_hash_slot_num,
+                self.max_index_num,
+                end_physical_offset=full_file.end_physical_offset if full_file else 0,
+                end_timestamp_ms=full_file.end_timestamp_ms if full_file else 0,
+            )
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create index file {path} "
+                f"({index_file_size(self.max_hash_slot_num, self.max_index_num)} bytes, "
+                f"sparse): {exc}"
+            ) from exc
+        self._files.append(new_file)
+        log.info("created index file %s", path)
+        return new_file
+
+    def _new_file_name(self) -> str:
+        now = time.time()
+        name = time.strftime("%Y%m%d%H%M%S", time.localtime(now)) + f"{int(now * 1000) % 1000:03d}"
+        if self._files and name <= self._files[-1].path.name:
+            # Two files within one millisecond (tiny test files) or a clock step back: names
+            # must stay unique and in creation order, which is what load sorts by.
+            name = f"{int(self._files[-1].path.name) + 1:017d}"
+        return name
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def query(self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int) -> list[int]:
+        """Commit-log offsets of messages indexed under ``topic#key`` stored in [begin_ms, end_ms].
+
+        Args:
+            max_count: at most this many offsets (the broker caps it, RocketMQ uses 64).
+
+        Returns:
+            Distinct offsets, newest first. Entries of other keys with the same hash may be
+            among them: read each message and compare its keys.
+        """
+        if max_count <= 0 or end_ms < begin_ms:
+            return []
+        key_hash = index_key_hash(f"{topic}#{key}")
+        found: list[int] = []
+        seen: set[int] = set()
+        with self._lock:
+            self._check_open()
+            for index_file in reversed(self._files):
+                if not index_file.is_empty and index_file.overlaps(begin_ms, end_ms):
+                    index_file.collect(key_hash, begin_ms, end_ms, max_count, found, seen)
+                # Older files end before this one begins: none can reach the window.
+                if len(found) >= max_count or index_file.begin_timestamp_ms < begin_ms:
+                    break
+        return found
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _indexed_end_offset(self) -> int:
+        for index_file in reversed(self._files):
+            if not index_file.is_empty:
+                return index_file.end_physical_offset
+        # Only empty files: a rolled file carries its predecessor's end, a first file has none.
+        if self._files and self._files[-1].end_timestamp_ms > 0:
+            return self._files[-1].end_physical_offset
+        return -1
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"index service for {self.index_dir} is closed")
