@@ -1,0 +1,236 @@
+"""Message-store benchmarks (issue: the store and the codec), runnable by anyone:
+
+    .venv/bin/python benchmarks/store_bench.py [--messages 200000] [--size 1024] [--batch 64]
+                                               [--runs 3] [--dir benchmarks/out] [--only NAME]
+
+Three figures, each the median of ``--runs`` runs on a fresh store:
+- ``append_async``: put_messages (batches of ``--batch``) + dispatch to consume queue and index
+  under ASYNC_FLUSH, in msg/s;
+- ``append_sync``: 8 threads appending batches under SYNC_FLUSH, each waiting for its batch
+  to be durable, in MB/s of record bytes, next to the disk's sequential fsync'd write
+  bandwidth measured just before on the same volume (the same bytes written with one fsync);
+- ``read_queue``: a sequential read of one queue through the consume queue with
+  get_messages (32 messages a call, as a push consumer pulls), in msg/s.
+
+It prints its parameters and the machine first, then one line per figure; ``--json`` prints
+one JSON object instead, for RESULTS.md tooling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+from tidemq.protocol.msgid import new_unique_key
+from tidemq.store.config import FlushDiskType, StoreConfig
+from tidemq.store.file_store import FileMessageStore
+from tidemq.store.interface import StoreMessage
+
+TOPIC = "BenchTopic"
+SYNC_APPENDERS = 8
+
+
+def machine_description() -> str:
+    """CPU model, core count, Python and OS: what a reader needs to compare figures."""
+    model = platform.processor() or "unknown cpu"
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return (
+        f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}"
+    )
+
+
+def make_batches(count: int, size: int, batch: int, queue_id: int = 0) -> list[list[StoreMessage]]:
+    """Messages as a producer sends them: a body, TAGS, one KEYS token and a UNIQ_KEY."""
+    body = os.urandom(size)
+    batches = []
+    for start in range(0, count, batch):
+        batches.append(
+            [
+                StoreMessage(
+                    topic=TOPIC,
+                    queue_id=queue_id,
+                    body=body,
+                    properties={
+                        "TAGS": "bench",
+                        "KEYS": f"k{index}",
+                        "UNIQ_KEY": new_unique_key(),
+                    },
+                    born_timestamp=int(time.time() * 1000),
+                    born_host="127.0.0.1:50000",
+                )
+                for index in range(start, min(start + batch, count))
+            ]
+        )
+    return batches
+
+
+def open_store(directory: str, flush_disk_type: FlushDiskType) -> FileMessageStore:
+    shutil.rmtree(directory, ignore_errors=True)
+    return FileMessageStore(
+        StoreConfig(store_path_root_dir=directory, flush_disk_type=flush_disk_type)
+    )
+
+
+def bench_append_async(args: argparse.Namespace, directory: str) -> float:
+    batches = make_batches(args.messages, args.size, args.batch)
+    store = open_store(directory, FlushDiskType.ASYNC_FLUSH)
+    try:
+        started = time.perf_counter()
+        for messages in batches:
+            result = store.put_messages(messages)
+            if not result.ok:
+                raise RuntimeError(f"append failed: {result.status} {result.remark}")
+        elapsed = time.perf_counter() - started
+    finally:
+        store.close()
+    return args.messages / elapsed
+
+
+def disk_fsync_bandwidth(directory: str, total_bytes: int) -> float:
+    """MB/s writing ``total_bytes`` sequentially to a new file with one fsync at the end."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "fsync-baseline")
+    chunk = os.urandom(1 << 20)
+    started = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        written = 0
+        while written < total_bytes:
+            written += os.write(fd, chunk[: min(len(chunk), total_bytes - written)])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    elapsed = time.perf_counter() - started
+    os.unlink(path)
+    return total_bytes / elapsed / 1e6
+
+
+def bench_append_sync(args: argparse.Namespace, directory: str) -> tuple[float, float]:
+    """(store MB/s, disk baseline MB/s) with SYNC_APPENDERS threads under SYNC_FLUSH."""
+    per_thread = args.messages // SYNC_APPENDERS
+    work = [make_batches(per_thread, args.size, args.batch, queue_id=i) for i in range(8)]
+    store = open_store(directory, FlushDiskType.SYNC_FLUSH)
+    wrote = [0] * SYNC_APPENDERS
+    failures: list[str] = []
+
+    def appender(index: int) -> None:
+        for messages in work[index]:
+            result = store.put_messages(messages)
+            status = result.wait_durable(30)
+            if status.name != "PUT_OK":
+                failures.append(f"{status} {result.remark}")
+                return
+            wrote[index] += result.wrote_bytes
+
+    threads = [threading.Thread(target=appender, args=(i,)) for i in range(SYNC_APPENDERS)]
+    try:
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - started
+    finally:
+        store.close()
+    if failures:
+        raise RuntimeError(f"sync append failed: {failures[0]}")
+    total = sum(wrote)
+    baseline = disk_fsync_bandwidth(os.path.join(directory, "..", "baseline"), total)
+    return total / elapsed / 1e6, baseline
+
+
+def bench_read_queue(args: argparse.Namespace, directory: str) -> float:
+    store = open_store(directory, FlushDiskType.ASYNC_FLUSH)
+    try:
+        for messages in make_batches(args.messages, args.size, args.batch):
+            store.put_messages(messages)
+        offset = 0
+        read = 0
+        started = time.perf_counter()
+        while True:
+            result = store.get_messages(TOPIC, 0, offset, 32, 1 << 20)
+            if result.message_count == 0:
+                break
+            read += result.message_count
+            offset = result.next_begin_offset
+        elapsed = time.perf_counter() - started
+    finally:
+        store.close()
+    if read != args.messages:
+        raise RuntimeError(f"read {read} messages, expected {args.messages}")
+    return read / elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
+    parser.add_argument("--only", choices=["append_async", "append_sync", "read_queue"])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    os.makedirs(args.dir, exist_ok=True)
+    work_dir = tempfile.mkdtemp(prefix="store-bench-", dir=args.dir)
+    store_dir = os.path.join(work_dir, "store")
+    figures: dict[str, object] = {
+        "machine": machine_description(),
+        "messages": args.messages,
+        "size": args.size,
+        "batch": args.batch,
+        "runs": args.runs,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    if not args.json:
+        print(f"store bench: {args.messages} x {args.size} B, batch {args.batch}, "
+              f"median of {args.runs}; dir {work_dir}")
+        print(f"machine: {figures['machine']}")
+    try:
+        if args.only in (None, "append_async"):
+            runs = [bench_append_async(args, store_dir) for _ in range(args.runs)]
+            figures["append_async_msg_per_s"] = statistics.median(runs)
+            if not args.json:
+                print(f"append_async: {statistics.median(runs):,.0f} msg/s "
+                      f"(runs: {', '.join(f'{r:,.0f}' for r in runs)})")
+        if args.only in (None, "append_sync"):
+            pairs = [bench_append_sync(args, store_dir) for _ in range(args.runs)]
+            store_mb = statistics.median(p[0] for p in pairs)
+            disk_mb = statistics.median(p[1] for p in pairs)
+            figures["append_sync_mb_per_s"] = store_mb
+            figures["disk_fsync_mb_per_s"] = disk_mb
+            if not args.json:
+                print(f"append_sync ({SYNC_APPENDERS} appenders): {store_mb:,.1f} MB/s = "
+                      f"{100 * store_mb / disk_mb:.0f}% of the disk's {disk_mb:,.1f} MB/s "
+                      f"(runs: {', '.join(f'{p[0]:.1f}/{p[1]:.1f}' for p in pairs)})")
+        if args.only in (None, "read_queue"):
+            runs = [bench_read_queue(args, store_dir) for _ in range(args.runs)]
+            figures["read_queue_msg_per_s"] = statistics.median(runs)
+            if not args.json:
+                print(f"read_queue: {statistics.median(runs):,.0f} msg/s "
+                      f"(runs: {', '.join(f'{r:,.0f}' for r in runs)})")
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    if args.json:
+        print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""Offline verification of a store directory (``tidemq store check DIR``).
+
+It reads the files as they are, read-only and without the lock (like kafka-dump-log), so it
+also works on a copy or next to a running broker, and never repairs anything:
+
+- commit log: segments are contiguous and of one size; every record has the right magic,
+  consistent sizes, its own PHYSICALOFFSET and a matching body CRC; a segment ends in a
+  blank marker, exactly full, or (the last one) in zeros; any other byte after the last
+  record is reported;
+- consume queues: every entry points at a record of its topic and queue, with the same
+  size and the entry's queue offset; entries below the commit log's first offset are counted
+  as expired (retention removed their records), not as problems.
+
+Each problem names the file and the byte position in it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+
+from tidemq.store.commit_log import CommitLog
+from tidemq.store.consume_queue import ENTRY, ENTRY_SIZE, FILLER_SIZE
+from tidemq.store.mapped_file import MappedFile, parse_file_name
+from tidemq.store.mapped_file_queue import MappedFileQueue
+from tidemq.store.record_check import RecordKind, dispatch_fields, inspect_record
+
+_RECORD_HEAD = struct.Struct(">iiiiiqq")  # TOTALSIZE MAGIC CRC QUEUEID FLAG QUEUEOFFSET PHYSICAL
+_PROBLEMS_MAX = 1000  # a wrecked store would print millions of lines; stop listing here
+
+
+@dataclass(slots=True)
+class CheckProblem:
+    """One thing wrong: the file, the byte position in it, and what."""
+
+    path: str
+    position: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.position}: {self.message}"
+
+
+@dataclass(slots=True)
+class CheckReport:
+    """What ``check_store`` looked at and found."""
+
+    segments: int = 0
+    records: int = 0
+    record_bytes: int = 0
+    queues: int = 0
+    entries: int = 0
+    expired_entries: int = 0
+    problems: list[CheckProblem] = field(default_factory=list)
+    problems_omitted: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is wrong."""
+        return not self.problems
+
+    def add(self, path: str, position: int, message: str) -> None:
+        """Record a problem (after the first 1000, only count them)."""
+        if len(self.problems) < _PROBLEMS_MAX:
+            self.problems.append(CheckProblem(path, position, message))
+        else:
+            self.problems_omitted += 1
+
+    def summary(self) -> str:
+        """One line: what was checked and the verdict."""
+        count = len(self.problems) + self.problems_omitted
+        verdict = "no problems" if self.ok else f"{count} problems"
+        return (
+            f"{self.segments} commit-log segments, {self.records} records "
+            f"({self.record_bytes} bytes); {self.queues} consume queues, {self.entries} entries "
+            f"({self.expired_entries} expired); {verdict}"
+        )
+
+
+def check_store(root_dir: str, *, check_crc: bool = True) -> CheckReport:
+    """Verify the commit log and the consume queues under ``root_dir``.
+
+    Raises:
+        StoreError: a directory cannot be read or a segment cannot be mapped.
+    """
+    report = CheckReport()
+    if not os.path.isdir(os.path.join(root_dir, "commitlog")):
+        report.add(root_dir, 0, "no commitlog directory here: is this a storePathRootDir?")
+        return report
+    commit_log = open_commit_log_readonly(os.path.join(root_dir, "commitlog"), report)
+    try:
+        _check_commit_log(commit_log, report, check_crc)
+        _check_consume_queues(os.path.join(root_dir, "consumequeue"), commit_log, report)
+    finally:
+        commit_log.queue.close()
+    return report
+
+
+def segment_size(directory: str) -> int | None:
+    """The size of the first segment in ``directory`` (all should match), or None if none."""
+    names = sorted(n for n in os.listdir(directory) if parse_file_name(n) is not None)
+    if not names:
+        return None
+    return os.path.getsize(os.path.join(directory, names[0]))
+
+
+def open_commit_log_readonly(directory: str, report: CheckReport) -> CommitLog:
+    """Map the commit log's segments read-only; segments of a different size are reported
+    in ``report`` and left out. Write positions stay 0 (the caller walks the records)."""
+    size = segment_size(directory) if os.path.isdir(directory) else None
+    commit_log = CommitLog(directory, size or 1 << 30, readonly=True)
+    if size is None:
+        return commit_log
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if parse_file_name(name) is not None and os.path.getsize(path) != size:
+            report.add(path, 0, f"segment is {os.path.getsize(path)} bytes, the others {size}")
+    commit_log.queue.load(skip_wrong_size=True)
+    return commit_log
+
+
+def _check_commit_log(commit_log: CommitLog, report: CheckReport, check_crc: bool) -> None:
+    files = commit_log.queue.files
+    # All-zero segments at the end were made ahead of need (the segment allocator): they
+    # are not part of the log yet.
+    while len(files) > 1 and files[-1].data_end(0) == 0:
+        files = files[:-1]
+    report.segments = len(files)
+    for number, mapped in enumerate(files):
+        path = mapped.describe()
+        is_last = number == len(files) - 1
+        segment_end = mapped.file_from_offset + mapped.file_size
+        if not is_last and files[number + 1].file_from_offset != segment_end:
+            report.add(path, mapped.file_size, "the next segment is missing (a hole in the log)")
+        end = _check_segment(mapped, report, check_crc)
+        mapped.write_position = end
+        if end < mapped.file_size:
+            data_end = mapped.data_end(end)
+            if data_end > end:
+                report.add(
+                    path, end, f"{data_end - end} bytes of data after the last valid record"
+                )
+            elif not is_last:
+                report.add(
+                    path, end, "segment ends without an end-of-file marker before the next one"
+                )
+
+
+def _check_segment(mapped: MappedFile, report: CheckReport, check_crc: bool) -> int:
+    """Walk the records of one segment; return where its valid data ends."""
+    buffer = mapped.buffer
+    size = mapped.file_size
+    base = mapped.file_from_offset
+    position = 0
+    end = 0
+    while position < size:
+        inspection = inspect_record(buffer, position, size, base + position, check_crc)
+        if inspection.kind is RecordKind.RECORD:
+            report.records += 1
+            report.record_bytes += inspection.size
+            position += inspection.size
+            end = position
+            continue
+        if inspection.kind is RecordKind.BLANK:
+            return size
+        if inspection.kind is RecordKind.END:
+            return end
+        report.add(mapped.describe(), position, inspection.problem)
+        # A record with a bad CRC still has a trustworthy size: go on after it. Anything
+        # else leaves no way to find the next record in this segment.
+        total = int.from_bytes(buffer[position : position + 4], "big", signed=True)
+        if "CRC" in inspection.problem and position + total <= size:
+            position += total
+            end = position
+            continue
+        return size  # nothing more to say about this segment
+    return end
+
+
+def _check_consume_queues(directory: str, commit_log: CommitLog, report: CheckReport) -> None:
+    if not os.path.isdir(directory):
+        return
+    commit_log_min = commit_log.min_offset()
+    for topic in sorted(os.listdir(directory)):
+        topic_dir = os.path.join(directory, topic)
+        if not os.path.isdir(topic_dir):
+            continue
+        for name in sorted(os.listdir(topic_dir)):
+            queue_dir = os.path.join(topic_dir, name)
+            if not name.isdigit() or not os.path.isdir(queue_dir):
+                continue
+            size = segment_size(queue_dir)
+            if size is None:
+                continue
+            if size % ENTRY_SIZE:
+                report.add(queue_dir, 0, f"segment size {size} is not a multiple of {ENTRY_SIZE}")
+                continue
+            queue = MappedFileQueue(queue_dir, size, readonly=True)
+            queue.load(skip_wrong_size=True)
+            try:
+                report.queues += 1
+                _check_queue(queue, topic, int(name), commit_log, commit_log_min, report)
+            finally:
+                queue.close()
+
+
+def _check_queue(
+    queue: MappedFileQueue,
+    topic: str,
+    queue_id: int,
+    commit_log: CommitLog,
+    commit_log_min: int,
+    report: CheckReport,
+) -> None:
+    topic_bytes = topic.encode("utf-8")
+    files = queue.files
+    for number, mapped in enumerate(files):
+        path = mapped.describe()
+        ended = False
+        for index, (physical_offset, size, _) in enumerate(ENTRY.iter_unpack(mapped.buffer)):
+            if size == 0 and physical_offset == 0:
+                ended = True
+                position = index * ENTRY_SIZE
+                if mapped.data_end(position) > position:
+                    report.add(path, position, "data after the last consume-queue entry")
+                if number != len(files) - 1 and position:
+                    report.add(path, position, "queue segment ends before the next one starts")
+                break
+            if size == FILLER_SIZE:
+                continue
+            report.entries += 1
+            if physical_offset < commit_log_min:
+                report.expired_entries += 1
+                continue
+            queue_offset = (mapped.file_from_offset // ENTRY_SIZE) + index
+            problem = _entry_problem(
+                commit_log, physical_offset, size, topic_bytes, queue_id, queue_offset
+            )
+            if problem:
+                report.add(
+                    path, index * ENTRY_SIZE,
+                    f"entry {queue_offset} of {topic}/{queue_id} -> physical offset "
+                    f"{physical_offset}: {problem}",
+                )
+        if ended:
+            break
+
+
+def _entry_problem(
+    commit_log: CommitLog,
+    physical_offset: int,
+    size: int,
+    topic: bytes,
+    queue_id: int,
+    queue_offset: int,
+) -> str:
+    record = commit_log.read_record(physical_offset)
+    if record is None:
+        return "no record starts there"
+    if len(record) != size:
+        return f"the record is {len(record)} bytes, the entry says {size}"
+    _, _, _, stored_queue_id, _, stored_queue_offset, _ = _RECORD_HEAD.unpack_from(record)
+    if stored_queue_id != queue_id:
+        return f"the record belongs to queue {stored_queue_id}"
+    if stored_queue_offset != queue_offset:
+        return f"the record has queue offset {stored_queue_offset}"
+    stored_topic = dispatch_fields(record, 0).topic.encode("utf-8")
+    if stored_topic != topic:
+        return f"the record belongs to topic {stored_topic.decode('utf-8', 'replace')!r}"
+    return ""

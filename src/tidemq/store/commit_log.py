@@ -1,0 +1,284 @@
+"""The commit log: every topic's records in one append-only sequence of segments.
+
+Layout: ``<storePathRootDir>/commitlog/<20-digit start offset>``, segments of
+``mapped_file_size_commit_log`` bytes (1 GiB by default), each holding whole records of the
+layout in ``tidemq.protocol.message`` (protocol-notes §6.1) back to back. A record never
+straddles two segments: when the next record does not fit, the writer puts the 8-byte blank
+marker (TOTALSIZE = bytes left in the segment, MAGICCODE = BLANK_MAGIC) and goes on at the
+start of the next segment. A record fits when it fills the segment exactly or leaves room
+for that marker (>= 8 bytes), so the space left in a segment is always 0 or >= 8.
+
+After a crash, the tail of the last segment may hold a torn record or garbage; recovery
+(recovery.py) finds the last whole record and cuts the rest.
+
+Threads: ``append`` runs under the store's append lock (one writer). Readers find segments
+through the copy-on-write segment list and read only below offsets a consume queue or the
+write position gave them. The flush thread calls ``flush``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from itertools import accumulate
+
+from tidemq.protocol.message import BLANK_MAGIC, MAGIC_V1, POSITION_PHYSICAL_OFFSET
+from tidemq.store.mapped_file import MappedFile
+from tidemq.store.mapped_file_queue import MappedFileQueue
+from tidemq.store.record_check import read_store_timestamp
+from tidemq.store.record_encoder import EncodedBatch, patch_offsets, patch_store_timestamp
+from tidemq.store.segment_allocator import SegmentAllocator
+
+_SIZE_MAGIC = struct.Struct(">ii")
+_INT64 = struct.Struct(">q")
+BLANK_MARKER_SIZE = 8
+_MIN_RECORD_SIZE = 91
+
+
+class CommitLog:
+    """Append records, read them back by physical offset.
+
+    Args:
+        directory: ``<root>/commitlog``, or None for an in-memory log.
+        file_size: ``mapped_file_size_commit_log``.
+    """
+
+    def __init__(self, directory: str | None, file_size: int, *, readonly: bool = False) -> None:
+        self.queue = MappedFileQueue(directory, file_size, readonly=readonly)
+        self.file_size = file_size
+        # Store time of the newest record; the checkpoint records it once that is flushed.
+        self.last_store_timestamp = 0
+        # Prepares the next segment in the background (file store only).
+        self.allocator: SegmentAllocator | None = None
+
+    def _new_segment(self, file_from_offset: int) -> MappedFile:
+        """A segment for ``file_from_offset``, not yet registered: the allocator's spare
+        when it has that one ready, else a new file (which may raise StoreFull)."""
+        if self.allocator is not None:
+            spare = self.allocator.take(file_from_offset)
+            if spare is not None:
+                return spare
+        return self.queue.create_file(file_from_offset, register=False)
+
+    def _start_segment(self, mapped: MappedFile) -> None:
+        self.queue.register(mapped)
+        if self.allocator is not None:
+            self.allocator.request(mapped.file_from_offset + self.file_size)
+
+    def request_next_segment(self) -> None:
+        """Ask the allocator to prepare the segment after the last one (at open)."""
+        if self.allocator is not None:
+            last = self.queue.last_file()
+            self.allocator.request(0 if last is None else last.file_from_offset + self.file_size)
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    def min_offset(self) -> int:
+        """The first physical offset still stored."""
+        return self.queue.min_offset()
+
+    def max_offset(self) -> int:
+        """Where the next record goes (the end of the written log)."""
+        return self.queue.max_offset()
+
+    def find_file(self, physical_offset: int) -> MappedFile | None:
+        """The segment holding ``physical_offset`` (binary search), or None."""
+        return self.queue.find_file(physical_offset)
+
+    # -- appends --------------------------------------------------------------------------------
+
+    def append(
+        self, batch: EncodedBatch, queue_offset: int, queue_offset_step: int, store_timestamp: int
+    ) -> list[int]:
+        """Write the batch's records, patching their offsets (and store time when it differs
+        from the one encoded); return each record's physical offset.
+
+        Records that do not fit the current segment go to the next one (after a blank
+        marker); every segment needed is created before the first byte is written, so a
+        failure leaves the log as it was.
+
+        Args:
+            queue_offset: the first record's QUEUEOFFSET.
+            queue_offset_step: 1 for queued records, 0 for those without a queue offset
+                (prepared and rollback transaction records keep 0).
+
+        Raises:
+            StoreFull / StoreError: a new segment could not be created; nothing was written.
+        """
+        last = self.queue.last_file()
+        if last is None:
+            last = self._new_segment(0)
+            self._start_segment(last)
+        buffer = batch.buffer
+        free = last.free_bytes
+        if len(buffer) == free or len(buffer) + BLANK_MARKER_SIZE <= free:
+            # The common case: the whole batch fits the current segment, one copy.
+            base = last.file_from_offset + last.write_position
+            physical_offsets = list(accumulate(batch.sizes, initial=base))
+            physical_offsets.pop()
+            self._patch(batch, physical_offsets, base, queue_offset, queue_offset_step)
+            if store_timestamp != batch.store_timestamp:
+                self._patch_timestamps(batch, store_timestamp)
+            last.write(last.write_position, buffer)
+        else:
+            physical_offsets = self._append_across_segments(
+                batch, last, queue_offset, queue_offset_step, store_timestamp
+            )
+        self.last_store_timestamp = store_timestamp
+        return physical_offsets
+
+    @staticmethod
+    def _patch(
+        batch: EncodedBatch, physical_offsets: list[int], base: int, queue_offset: int, step: int
+    ) -> None:
+        # ``base``: the physical offset of the buffer's first byte (when it is one run).
+        buffer = batch.buffer
+        if step:
+            for queue_index, physical_offset in enumerate(physical_offsets, queue_offset):
+                patch_offsets(buffer, physical_offset - base, queue_index, physical_offset)
+        else:
+            for physical_offset in physical_offsets:
+                patch_offsets(buffer, physical_offset - base, 0, physical_offset)
+
+    @staticmethod
+    def _patch_timestamps(batch: EncodedBatch, store_timestamp: int) -> None:
+        position = 0
+        for index, size in enumerate(batch.sizes):
+            patch_store_timestamp(
+                batch.buffer, position + batch.store_timestamp_position(index), store_timestamp
+            )
+            position += size
+
+    def _append_across_segments(
+        self,
+        batch: EncodedBatch,
+        last: MappedFile,
+        queue_offset: int,
+        queue_offset_step: int,
+        store_timestamp: int,
+    ) -> list[int]:
+        file_size = self.file_size
+        # Plan: which segment (0 = the current one) and position each record goes to.
+        plan: list[tuple[int, int]] = []
+        segment = 0
+        position = last.write_position
+        for size in batch.sizes:
+            free = file_size - position
+            if size != free and size + BLANK_MARKER_SIZE > free:
+                segment += 1
+                position = 0
+            plan.append((segment, position))
+            position += size
+        segments = [last]
+        try:
+            for k in range(1, segment + 1):
+                segments.append(self._new_segment(last.file_from_offset + k * file_size))
+        except BaseException:
+            for spare in segments[1:]:
+                spare.destroy()
+            raise
+        if store_timestamp != batch.store_timestamp:
+            self._patch_timestamps(batch, store_timestamp)
+        # Write: one copy per segment touched, after patching each record in the buffer.
+        buffer = batch.buffer
+        view = memoryview(buffer)
+        physical_offsets: list[int] = []
+        current = 0
+        run_start = 0
+        buffer_position = 0
+        for index, (size, (segment, position)) in enumerate(zip(batch.sizes, plan, strict=True)):
+            if segment != current:
+                self._write_run(segments[current], view[run_start:buffer_position], True)
+                current = segment
+                self._start_segment(segments[current])
+                run_start = buffer_position
+            physical_offset = segments[segment].file_from_offset + position
+            patch_offsets(
+                buffer, buffer_position, queue_offset + index * queue_offset_step,
+                physical_offset,
+            )
+            physical_offsets.append(physical_offset)
+            buffer_position += size
+        self._write_run(segments[current], view[run_start:buffer_position], False)
+        view.release()
+        return physical_offsets
+
+    @staticmethod
+    def _write_run(mapped: MappedFile, data: memoryview, close_segment: bool) -> None:
+        if len(data):
+            mapped.write(mapped.write_position, data)
+        if close_segment:
+            free = mapped.free_bytes
+            if free:
+                marker = _SIZE_MAGIC.pack(free, BLANK_MAGIC)
+                mapped.write(mapped.write_position, marker)
+                mapped.write_position = mapped.file_size
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def read_record(self, physical_offset: int) -> bytes | None:
+        """A copy of the record starting at ``physical_offset``, or None if none starts there
+        (outside the log, in a blank, or in the middle of another record)."""
+        mapped = self.find_file(physical_offset)
+        if mapped is None:
+            return None
+        position = physical_offset - mapped.file_from_offset
+        limit = mapped.write_position
+        if position < 0 or position + _MIN_RECORD_SIZE > limit:
+            return None
+        try:
+            total, magic = _SIZE_MAGIC.unpack_from(mapped.buffer, position)
+            if magic != MAGIC_V1 or total < _MIN_RECORD_SIZE or position + total > limit:
+                return None
+            stored = _INT64.unpack_from(mapped.buffer, position + POSITION_PHYSICAL_OFFSET)[0]
+            if stored != physical_offset:
+                return None
+            return mapped.read(position, total)
+        except ValueError:  # the segment was deleted by retention while we read it
+            return None
+
+    def store_timestamp_at(self, physical_offset: int) -> int | None:
+        """STORETIMESTAMP of the record at ``physical_offset``, or None if it is gone."""
+        mapped = self.find_file(physical_offset)
+        if mapped is None:
+            return None
+        position = physical_offset - mapped.file_from_offset
+        if position + _MIN_RECORD_SIZE > mapped.write_position:
+            return None
+        try:
+            return read_store_timestamp(mapped.buffer, position)
+        except ValueError:
+            return None
+
+    def iter_positions(self, start_offset: int) -> Iterator[tuple[MappedFile, int]]:
+        """(segment, position) of each record from ``start_offset`` (a record boundary) to
+        the end of the log, skipping blank markers. The caller verifies each record."""
+        mapped = self.find_file(start_offset)
+        if mapped is None:
+            return
+        position = start_offset - mapped.file_from_offset
+        while mapped is not None:
+            limit = mapped.write_position
+            buffer = mapped.buffer
+            while position + BLANK_MARKER_SIZE <= limit:
+                total, magic = _SIZE_MAGIC.unpack_from(buffer, position)
+                if magic != MAGIC_V1 or total < _MIN_RECORD_SIZE or position + total > limit:
+                    break
+                yield mapped, position
+                position += total
+            mapped = self.queue.file_after(mapped)
+            position = 0
+
+    # -- maintenance ----------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """Sync what was written; return the flushed physical offset."""
+        return self.queue.flush()
+
+    def close(self) -> None:
+        """Unmap every segment (files stay)."""
+        self.queue.close()
+
+    def truncate(self, physical_offset: int) -> None:
+        """Make ``physical_offset`` the end of the log (zero the rest, drop later segments)."""
+        self.queue.truncate_dirty(physical_offset)

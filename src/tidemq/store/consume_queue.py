@@ -1,0 +1,345 @@
+"""ConsumeQueue: the per-(topic, queue id) index of a queue's records in the commit log.
+
+Layout: ``<storePathRootDir>/consumequeue/<topic>/<queueId>/<20-digit start byte offset>``,
+segments of ``mapped_file_size_consume_queue`` bytes (6,000,000 = 300,000 entries by
+default). Entry N (queue offset N) sits at byte N * 20 of the queue's byte space, so a
+segment is named by the byte offset of its first entry. Each entry, big-endian::
+
+    off  size  field
+      0     8  physical offset   commit-log offset of the record
+      8     4  size              the record's TOTALSIZE
+     12     8  tag code          Java hash of TAGS, sign-extended; in SCHEDULE_TOPIC_XXXX
+                                 the delivery time (ms)
+    ENTRY_SIZE = 8 + 4 + 8 = 20
+
+A *filler* entry (physical offset 0, size 2^31-1, tag code 0) stands for a queue offset whose
+record is not in this queue's files: it pads a queue rebuilt from the middle of a segment.
+Readers skip fillers.
+
+The queue is derived data: the commit log is the truth, and recovery rebuilds what is missing
+from it. After a crash the tail may hold entries that point past the recovered end of the
+commit log (the queue was flushed ahead of it): recovery drops them.
+
+``max_offset`` is the next queue offset to write; ``min_offset`` the first readable one (it
+moves forward when retention deletes the commit log below the entries).
+
+Threads: writes (dispatch, truncation, min-offset moves) run under the store's append lock;
+reads take the copy-on-write segment list and read below ``max_offset``.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+from tidemq.store.mapped_file import MappedFile
+from tidemq.store.mapped_file_queue import MappedFileQueue
+
+ENTRY_SIZE = 20
+FILLER_SIZE = 0x7FFFFFFF
+ENTRY = struct.Struct(">qiq")
+assert ENTRY.size == ENTRY_SIZE
+_FILLER = ENTRY.pack(0, FILLER_SIZE, 0)
+
+logger = logging.getLogger(__name__)
+
+# RocketMQ recovers a consume queue from its last three files (older ones were complete).
+RECOVER_FILE_COUNT = 3
+
+# Segment names have 20 digits, so byte offsets stay below 10^20; no real queue comes near.
+QUEUE_OFFSET_MAX = 10**19 // ENTRY_SIZE
+
+_entry_structs: dict[int, struct.Struct] = {}
+
+
+def pack_entries(physical_offsets: list[int], sizes: list[int], tag_codes: list[int]) -> bytes:
+    """Pack consecutive entries with one struct call (a cached format per count)."""
+    count = len(physical_offsets)
+    packer = _entry_structs.get(count)
+    if packer is None:
+        packer = struct.Struct(">" + "qiq" * count)
+        if len(_entry_structs) < 256:
+            _entry_structs[count] = packer
+    flat: list[int] = []
+    for entry in zip(physical_offsets, sizes, tag_codes, strict=True):
+        flat.extend(entry)
+    return packer.pack(*flat)
+
+
+class ConsumeQueue:
+    """The entries of one (topic, queue id).
+
+    Args:
+        directory: ``<root>/consumequeue/<topic>/<queueId>``, or None in memory.
+        file_size: ``mapped_file_size_consume_queue`` (a multiple of 20).
+    """
+
+    def __init__(self, topic: str, queue_id: int, directory: str | None, file_size: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue = MappedFileQueue(directory, file_size)
+        self.file_size = file_size
+        self._min_offset = 0
+        # Segments made ahead by ensure_room, not yet in the queue.
+        self._spares: list[MappedFile] = []
+        # Store time of the newest entry written; the checkpoint's logics time uses it.
+        self.last_store_timestamp = 0
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    @property
+    def max_offset(self) -> int:
+        """The next queue offset to be written."""
+        return self.queue.max_offset() // ENTRY_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        """The first readable queue offset."""
+        return max(self._min_offset, self.queue.min_offset() // ENTRY_SIZE)
+
+    def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """(physical offset, size, tag code) at ``queue_offset``, or None if not stored."""
+        byte_offset = queue_offset * ENTRY_SIZE
+        mapped = self.queue.find_file(byte_offset)
+        if mapped is None:
+            return None
+        position = byte_offset - mapped.file_from_offset
+        if position + ENTRY_SIZE > mapped.write_position:
+            return None
+        try:
+            return ENTRY.unpack_from(mapped.buffer, position)
+        except ValueError:  # deleted by retention meanwhile
+            return None
+
+    def last_physical_end(self) -> int:
+        """One past the last record this queue points at (0 when it has no real entry)."""
+        offset = self.max_offset - 1
+        if offset < self.min_offset:
+            return 0
+        found = self.entry(offset)
+        if found is None or found[1] == FILLER_SIZE:
+            return 0
+        return found[0] + found[1]
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def ensure_room(self, entry_count: int) -> None:
+        """Create (as spares) the segments ``entry_count`` more entries need, so a later
+        ``put`` cannot fail half way.
+
+        Raises:
+            StoreFull / StoreError: a segment could not be created.
+        """
+        end = self.queue.max_offset() + entry_count * ENTRY_SIZE
+        last = self.queue.last_file()
+        start = last.file_from_offset + self.file_size if last is not None else 0
+        if self._spares:
+            start = self._spares[-1].file_from_offset + self.file_size
+        while start < end:
+            self._spares.append(self.queue.create_file(start, register=False))
+            start += self.file_size
+
+    def put(self, queue_offset: int, entries: bytes, store_timestamp: int) -> None:
+        """Write packed entries whose first has ``queue_offset``.
+
+        Entries below ``max_offset`` are already there (re-dispatch after a crash) and are
+        skipped; a gap above it (a queue rebuilt from the middle) is padded with fillers.
+        """
+        expected = self.max_offset
+        if queue_offset < expected:
+            skip = (expected - queue_offset) * ENTRY_SIZE
+            if skip >= len(entries):
+                return
+            entries = entries[skip:]
+            queue_offset = expected
+        elif queue_offset > expected:
+            if queue_offset > QUEUE_OFFSET_MAX:
+                # Only a damaged record can say this (its CRC covers the body, not the
+                # header); taking it would make the queue's files unnameable.
+                logger.error(
+                    "not queueing a record of %s/%d with queue offset %d (above %d): the "
+                    "record header is damaged", self.topic, self.queue_id, queue_offset,
+                    QUEUE_OFFSET_MAX,
+                )
+                return
+            self._jump_to(queue_offset, expected)
+        self._write(entries)
+        self.last_store_timestamp = store_timestamp
+
+    def _jump_to(self, queue_offset: int, expected: int) -> None:
+        # The next entry is not max_offset: the queue is rebuilt from the middle of the log,
+        # or records are missing. Pad with fillers within a segment; a farther jump starts
+        # the segment holding queue_offset, leaving a hole that reads as OFFSET_FOUND_NULL.
+        byte_offset = queue_offset * ENTRY_SIZE
+        last = self.queue.last_file()
+        if last is not None:
+            logger.warning(
+                "consume queue %s/%d jumps from offset %d to %d: records are missing from "
+                "the commit log", self.topic, self.queue_id, expected, queue_offset,
+            )
+            if byte_offset < last.file_from_offset + self.file_size:
+                self._write(_FILLER * (queue_offset - expected))
+                return
+        file_start = byte_offset - byte_offset % self.file_size
+        self.queue.create_file(file_start)
+        self._write(_FILLER * ((byte_offset - file_start) // ENTRY_SIZE))
+        if last is None:
+            self._min_offset = queue_offset
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            mapped = self.queue.last_file()
+            if mapped is None or mapped.free_bytes == 0:
+                start = mapped.file_from_offset + self.file_size if mapped else 0
+                if self._spares and self._spares[0].file_from_offset == start:
+                    mapped = self._spares.pop(0)
+                    self.queue.register(mapped)
+                else:
+                    mapped = self.queue.create_file(start)
+            step = min(mapped.free_bytes, len(view) - written)
+            mapped.write(mapped.write_position, view[written : written + step])
+            written += step
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def read_entries(self, queue_offset: int, max_bytes: int) -> memoryview | None:
+        """Entries from ``queue_offset`` to the end of its segment's written part (at most
+        ``max_bytes``), as a view of the mapping; None when that segment is missing."""
+        byte_offset = queue_offset * ENTRY_SIZE
+        mapped = self.queue.find_file(byte_offset)
+        if mapped is None:
+            return None
+        position = byte_offset - mapped.file_from_offset
+        end = min(mapped.write_position, position + max_bytes - max_bytes % ENTRY_SIZE)
+        if end <= position:
+            return None
+        try:
+            return mapped.buffer[position:end]
+        except ValueError:
+            return None
+
+    def next_file_offset(self, queue_offset: int) -> int:
+        """The queue offset where the segment after the one holding ``queue_offset`` starts."""
+        byte_offset = queue_offset * ENTRY_SIZE
+        return (byte_offset - byte_offset % self.file_size + self.file_size) // ENTRY_SIZE
+
+    def first_offset_at_or_after(self, physical_offset: int) -> int:
+        """The first queue offset whose entry is real and points at or after
+        ``physical_offset`` (binary search; entries are in commit-log order). ``max_offset``
+        when there is none. A missing segment in the middle counts as "at or after", so the
+        min offset never jumps over it: reads there answer OFFSET_FOUND_NULL instead."""
+        low = self.queue.min_offset() // ENTRY_SIZE
+        high = self.max_offset
+        while low < high:
+            middle = (low + high) // 2
+            found = self.entry(middle)
+            if found is not None and (found[1] == FILLER_SIZE or found[0] < physical_offset):
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    # -- maintenance ----------------------------------------------------------------------------
+
+    def correct_min_offset(self, commit_log_min_offset: int) -> None:
+        """Move ``min_offset`` to the first entry whose record is still in the commit log."""
+        self._min_offset = self.first_offset_at_or_after(commit_log_min_offset)
+
+    def truncate_from_physical(self, physical_end: int) -> int:
+        """Drop every entry whose record does not end at or before ``physical_end``; return
+        how many entries were dropped."""
+        max_offset = self.max_offset
+        low = self.queue.min_offset() // ENTRY_SIZE
+        high = max_offset
+        # First entry whose record ends past physical_end (fillers never do).
+        while low < high:
+            middle = (low + high) // 2
+            found = self.entry(middle)
+            if found is None or found[1] == FILLER_SIZE or found[0] + found[1] <= physical_end:
+                low = middle + 1
+            else:
+                high = middle
+        if low < max_offset:
+            self.queue.truncate_dirty(low * ENTRY_SIZE)
+            self._min_offset = min(self._min_offset, low)
+        return max_offset - low
+
+    def delete_files_below(self, commit_log_min_offset: int) -> int:
+        """Delete whole segments (never the last) whose entries all point below
+        ``commit_log_min_offset``; return how many were deleted."""
+        files = self.queue.files
+        count = 0
+        for mapped in files[:-1]:
+            last_position = mapped.write_position - ENTRY_SIZE
+            if last_position < 0:
+                break
+            physical_offset, size, _ = ENTRY.unpack_from(mapped.buffer, last_position)
+            if size != FILLER_SIZE and physical_offset >= commit_log_min_offset:
+                break
+            count += 1
+        if count:
+            self.queue.delete_first_files(count)
+        return count
+
+    def recover(self) -> None:
+        """Set each segment's write position from its content: scan the last few segments
+        for the last entry with a size (zeros end the queue); earlier segments are full."""
+        files = self.queue.files
+        if not files:
+            return
+        start = max(0, len(files) - RECOVER_FILE_COUNT)
+        for mapped in files[:start]:
+            mapped.write_position = mapped.flushed_position = self.file_size
+        for index in range(start, len(files)):
+            mapped = files[index]
+            end = _last_entry_end(mapped)
+            mapped.write_position = mapped.flushed_position = end
+            if end < self.file_size:
+                # The queue ends here: later segments hold nothing valid.
+                self.queue.truncate_dirty(mapped.file_from_offset + end)
+                break
+        self.queue.flushed_where = self.queue.max_offset()
+        first = self.queue.first_file()
+        if first is not None:
+            self._min_offset = max(self._min_offset, first.file_from_offset // ENTRY_SIZE)
+
+    def flush(self) -> int:
+        """Sync written entries; return the flushed byte offset."""
+        return self.queue.flush()
+
+    def close(self) -> None:
+        """Unmap the segments (unused spares are deleted)."""
+        self._drop_spares()
+        self.queue.close()
+
+    def destroy(self) -> None:
+        """Delete the queue's segments and its directory."""
+        self._drop_spares()
+        self.queue.destroy()
+
+    def _drop_spares(self) -> None:
+        spares, self._spares = self._spares, []
+        for spare in spares:
+            spare.destroy()
+
+    def segments(self) -> tuple[MappedFile, ...]:
+        """The queue's segments, oldest first."""
+        return self.queue.files
+
+
+def _last_entry_end(mapped: MappedFile) -> int:
+    # Entries are written front to back and the rest of a segment is zeros, so the written
+    # part is the prefix of entries with a size (fillers included): binary search its end
+    # rather than walk 300,000 entries per segment in Python.
+    buffer = mapped.buffer
+    low, high = 0, mapped.file_size // ENTRY_SIZE
+    while low < high:
+        middle = (low + high) // 2
+        physical_offset, size, _ = ENTRY.unpack_from(buffer, middle * ENTRY_SIZE)
+        if size > 0 and physical_offset >= 0:
+            low = middle + 1
+        else:
+            high = middle
+    return low * ENTRY_SIZE

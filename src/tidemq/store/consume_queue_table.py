@@ -1,0 +1,91 @@
+"""The consume queues of a store, by (topic, queue id), found on disk or made on first use.
+
+Layout: ``<root>/consumequeue/<topic>/<queueId>/`` holds one queue's segments (see
+consume_queue.py). Topic names are checked against RocketMQ's topic rules before a message
+is stored, so a topic is always a safe directory name.
+
+Threads: queues are added and removed under the store's append lock. Readers look queues up
+without it (a dict read is atomic in CPython) and the flush thread iterates a snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+from tidemq.store.consume_queue import ConsumeQueue
+
+logger = logging.getLogger(__name__)
+
+
+class ConsumeQueueTable:
+    """All consume queues of a store.
+
+    Args:
+        directory: ``<root>/consumequeue``, or None for in-memory queues.
+        file_size: ``mapped_file_size_consume_queue``.
+    """
+
+    def __init__(self, directory: str | None, file_size: int) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+
+    def load(self, *, extend_short_last: bool = False) -> None:
+        """Map every queue found under the directory (write positions are set by recovery).
+
+        Args:
+            extend_short_last: see ``MappedFileQueue.load`` (True after a crash).
+        """
+        if self.directory is None or not os.path.isdir(self.directory):
+            return
+        for topic in sorted(os.listdir(self.directory)):
+            topic_dir = os.path.join(self.directory, topic)
+            if not os.path.isdir(topic_dir):
+                continue
+            for name in sorted(os.listdir(topic_dir)):
+                if not name.isdigit() or not os.path.isdir(os.path.join(topic_dir, name)):
+                    continue
+                queue_dir = os.path.join(topic_dir, name)
+                queue = ConsumeQueue(topic, int(name), queue_dir, self.file_size)
+                queue.queue.load(extend_short_last=extend_short_last)
+                self._queues[(topic, int(name))] = queue
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue, or None if it was never written."""
+        return self._queues.get((topic, queue_id))
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue, made empty if new (no file is created before its first entry)."""
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            directory = (
+                None
+                if self.directory is None
+                else os.path.join(self.directory, topic, str(queue_id))
+            )
+            queue = ConsumeQueue(topic, queue_id, directory, self.file_size)
+            self._queues[(topic, queue_id)] = queue
+        return queue
+
+    def all(self) -> list[ConsumeQueue]:
+        """A snapshot of every queue."""
+        return list(self._queues.values())
+
+    def remove_topic(self, topic: str) -> int:
+        """Delete every queue of ``topic`` with its files; return how many there were."""
+        doomed = [key for key in list(self._queues) if key[0] == topic]
+        for key in doomed:
+            self._queues.pop(key).destroy()
+        if self.directory is not None:
+            topic_dir = os.path.join(self.directory, topic)
+            if doomed and os.path.isdir(topic_dir):
+                shutil.rmtree(topic_dir, ignore_errors=True)
+        logger.info("deleted %d consume queues of topic %s", len(doomed), topic)
+        return len(doomed)
+
+    def close(self) -> None:
+        """Unmap every queue."""
+        for queue in self.all():
+            queue.close()

@@ -1,0 +1,144 @@
+"""Dispatch: derive consume-queue entries and index keys from appended records.
+
+The commit log is the only truth; consume queues and the index are built from it by a list
+of dispatchers, each fed a ``DispatchBatch`` (the records of one queue appended together):
+
+- on the hot path the append builds the batch from what it already knows (offsets, sizes,
+  tag codes, keys), with no re-parse of the bytes it just wrote;
+- recovery builds one per record by parsing the commit log (``batch_from_record``).
+
+Rules (protocol-notes §6.2): only transaction types NOT and COMMIT get consume-queue entries;
+the index covers NOT, PREPARED and COMMIT records (not ROLLBACK). A record is indexed under
+``topic#UNIQ_KEY`` and ``topic#<each KEYS token>``. Both dispatchers are idempotent, so
+re-dispatching a record that is already there changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from tidemq.protocol.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    SYSFLAG_TRANSACTION_MASK,
+    TRANSACTION_ROLLBACK_TYPE,
+)
+from tidemq.store.config import SCHEDULE_TOPIC
+from tidemq.store.consume_queue import pack_entries
+from tidemq.store.consume_queue_table import ConsumeQueueTable
+from tidemq.store.record_check import DispatchFields
+from tidemq.store.record_encoder import (
+    QUEUED_TRANSACTION_TYPES,
+    delivery_tag_code,
+    index_keys,
+    tag_code_of,
+)
+
+
+@dataclass(slots=True)
+class DispatchBatch:
+    """Consecutive records of one queue, as dispatchers need them."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int  # of the first record; the others follow by one
+    physical_offsets: list[int]
+    sizes: list[int]
+    tag_codes: list[int]
+    keys: list[list[str]] | None  # per record; None when the index is off
+    store_timestamp: int
+    queued: bool  # gets consume-queue entries
+    indexed: bool  # gets index keys
+
+
+class Dispatcher(Protocol):
+    """Something derived from the commit log."""
+
+    def dispatch(self, batch: DispatchBatch) -> None:
+        """Take in the batch's records (idempotently)."""
+
+
+class KeyIndex(Protocol):
+    """The part of the index service dispatch and queries use (IndexService, MemoryIndex)."""
+
+    @property
+    def last_update_physical_offset(self) -> int: ...
+
+    @property
+    def last_update_timestamp_ms(self) -> int: ...
+
+    def put(self, topic: str, keys: Sequence[str], physical_offset: int,
+            store_timestamp_ms: int) -> None: ...
+
+    def query(self, topic: str, key: str, max_count: int, begin_ms: int,
+              end_ms: int) -> list[int]: ...
+
+    def flush(self) -> None: ...
+
+    def delete_files_below(self, min_physical_offset: int) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class ConsumeQueueDispatcher:
+    """Writes consume-queue entries, one struct pack per batch."""
+
+    def __init__(self, queues: ConsumeQueueTable) -> None:
+        self.queues = queues
+
+    def dispatch(self, batch: DispatchBatch) -> None:
+        """Append the batch's entries to its queue (skipping those already there)."""
+        if not batch.queued:
+            return
+        queue = self.queues.get_or_create(batch.topic, batch.queue_id)
+        entries = pack_entries(batch.physical_offsets, batch.sizes, batch.tag_codes)
+        queue.put(batch.queue_offset, entries, batch.store_timestamp)
+
+
+class IndexDispatcher:
+    """Puts each record's keys into the index."""
+
+    def __init__(self, index: KeyIndex) -> None:
+        self.index = index
+
+    def dispatch(self, batch: DispatchBatch) -> None:
+        """Index every record of the batch under its keys (records with none are skipped)."""
+        if not batch.indexed or batch.keys is None:
+            return
+        put = self.index.put
+        topic = batch.topic
+        timestamp = batch.store_timestamp
+        for physical_offset, keys in zip(batch.physical_offsets, batch.keys, strict=True):
+            if keys:
+                put(topic, keys, physical_offset, timestamp)
+
+
+def batch_from_record(
+    fields: DispatchFields,
+    physical_offset: int,
+    size: int,
+    delay_level_ms: Sequence[int],
+    with_keys: bool,
+) -> DispatchBatch:
+    """A one-record batch rebuilt from a stored record (recovery's re-dispatch)."""
+    properties = fields.properties
+    transaction_type = fields.sysflag & SYSFLAG_TRANSACTION_MASK
+    if fields.topic == SCHEDULE_TOPIC:
+        level_text = properties.get(PROPERTY_DELAY_TIME_LEVEL, "")
+        level = int(level_text) if level_text.isdigit() else 0
+        tag_code = delivery_tag_code(level, fields.store_timestamp, delay_level_ms)
+    else:
+        tag_code = tag_code_of(properties)
+    return DispatchBatch(
+        topic=fields.topic,
+        queue_id=fields.queue_id,
+        queue_offset=fields.queue_offset,
+        physical_offsets=[physical_offset],
+        sizes=[size],
+        tag_codes=[tag_code],
+        keys=[index_keys(properties)] if with_keys else None,
+        store_timestamp=fields.store_timestamp,
+        queued=transaction_type in QUEUED_TRANSACTION_TYPES,
+        indexed=transaction_type != TRANSACTION_ROLLBACK_TYPE,
+    )

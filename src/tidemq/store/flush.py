@@ -1,0 +1,135 @@
+"""Flush services: the threads that move written bytes to disk.
+
+- ``PeriodicFlusher``: runs an action every N ms (ASYNC_FLUSH commit log every
+  flush_interval_commit_log_ms; consume queues, index and checkpoint every
+  flush_interval_consume_queue_ms) and once more when stopped.
+- ``GroupCommitService`` (SYNC_FLUSH): each append asks for its end offset to be synced and
+  gets a Future. The thread takes every request queued so far, syncs once up to the end of
+  the log, and completes every request at or below the synced offset, so appends that
+  arrive together share one msync. A failed sync completes its requests with
+  FLUSH_DISK_TIMEOUT (the broker's answer for "stored but not known durable").
+
+Threads: each service owns one daemon thread. The request list is guarded by the service's
+condition; the thread is the only one that completes futures.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+
+from tidemq.errors import StoreError
+from tidemq.store.interface import PutStatus
+
+logger = logging.getLogger(__name__)
+
+# A request whose bytes sit in a segment that was not wholly synced in one pass (the flushed
+# offset stops at the first incomplete segment) needs another pass; two more always suffice.
+_FLUSH_PASSES_MAX = 3
+
+
+class PeriodicFlusher:
+    """Run ``action`` every ``interval_ms`` on a daemon thread, and once more on ``stop``."""
+
+    def __init__(self, name: str, interval_ms: int, action: Callable[[], None]) -> None:
+        self._interval_s = interval_ms / 1000
+        self._action = action
+        self._stopping = threading.Event()
+        self._failing = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self._interval_s):
+            self._run_once()
+
+    def _run_once(self) -> None:
+        try:
+            self._action()
+        except StoreError as e:
+            # Log the first failure of a streak, not one line per interval.
+            if not self._failing:
+                logger.error("%s failed: %s", self._thread.name, e)
+            self._failing = True
+        else:
+            if self._failing:
+                logger.warning("%s works again", self._thread.name)
+            self._failing = False
+
+    def stop(self) -> None:
+        """Stop the thread and run the action one last time on the caller's thread."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._run_once()
+
+
+class GroupCommitService:
+    """Sync on request; ``flush`` syncs the log and returns the synced end offset."""
+
+    def __init__(self, flush: Callable[[], int]) -> None:
+        self._flush = flush
+        self._condition = threading.Condition(threading.Lock())
+        self._requests: list[tuple[int, Future[PutStatus]]] = []
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="tidemq-group-commit", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def request(self, end_offset: int) -> Future[PutStatus]:
+        """A Future that resolves to PUT_OK once the log is synced to ``end_offset``
+        (FLUSH_DISK_TIMEOUT when the sync failed or the service stopped first)."""
+        future: Future[PutStatus] = Future()
+        with self._condition:
+            if self._stopping:
+                future.set_result(PutStatus.FLUSH_DISK_TIMEOUT)
+                return future
+            self._requests.append((end_offset, future))
+            self._condition.notify()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while not self._requests and not self._stopping:
+                    self._condition.wait()
+                requests, self._requests = self._requests, []
+                stopping = self._stopping
+            if requests:
+                self._commit(requests)
+            if stopping:
+                return
+
+    def _commit(self, requests: list[tuple[int, Future[PutStatus]]]) -> None:
+        target = max(offset for offset, _ in requests)
+        try:
+            flushed = self._flush()
+            passes = 1
+            while flushed < target and passes < _FLUSH_PASSES_MAX:
+                flushed = self._flush()
+                passes += 1
+        except StoreError as e:
+            logger.error("group commit sync failed, answering FLUSH_DISK_TIMEOUT: %s", e)
+            flushed = -1
+        for offset, future in requests:
+            durable = offset <= flushed
+            future.set_result(PutStatus.PUT_OK if durable else PutStatus.FLUSH_DISK_TIMEOUT)
+
+    def stop(self) -> None:
+        """Serve the requests already queued, then stop the thread."""
+        with self._condition:
+            self._stopping = True
+            self._condition.notify()
+        if self._thread.is_alive():
+            self._thread.join()
+        with self._condition:
+            leftover, self._requests = self._requests, []
+        if leftover:
+            self._commit(leftover)

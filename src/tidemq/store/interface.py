@@ -1,0 +1,256 @@
+"""The message store as the broker sees it: a small interface with two implementations.
+
+``FileMessageStore`` (RocketMQ's layout on disk) and ``MemoryMessageStore`` (the same
+behaviour and the same stored bytes, in memory) both implement ``MessageStore``; the
+behavioural tests run against both, and broker tests may use the memory twin.
+
+Offsets:
+- a *physical offset* is a byte position in the commit log (all topics, one sequence);
+- a *queue offset* is the index of an entry in one (topic, queue id) consume queue.
+  ``max_offset`` is the next queue offset to be written, ``min_offset`` the first still readable.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Callable, Collection
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass, field
+
+
+class PutStatus(enum.Enum):
+    """Outcome of an append (RocketMQ's PutMessageStatus, the subset a broker maps to codes)."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # stored, but not synced within the timeout
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # too large, bad topic or queue; nothing written
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"  # nothing written
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # store closed or not writable
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"  # the disk failed the write; see the remark
+
+
+class GetStatus(enum.Enum):
+    """Outcome of ``get_messages`` (protocol-notes §4.4 maps each to a response code)."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+
+
+@dataclass(slots=True)
+class StoreMessage:
+    """A message as the broker hands it to the store (after its §6.2 transformations).
+
+    ``properties`` are stored as given (the broker has already removed WAIT and added CLUSTER).
+    ``tags_code`` overrides the consume-queue tag code for this append only; leave it None so
+    the store derives it from TAGS (or, in SCHEDULE_TOPIC_XXXX, from DELAY and the store time),
+    which is also what recovery derives when it rebuilds the consume queues.
+    """
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: dict[str, str]
+    flag: int = 0
+    sysflag: int = 0
+    born_timestamp: int = 0
+    born_host: str = "127.0.0.1:0"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    tags_code: int | None = None
+
+
+@dataclass(slots=True)
+class PutResult:
+    """What an append did.
+
+    ``physical_offset`` and ``queue_offset`` are those of the first message; a batch's
+    messages follow with consecutive queue offsets. ``msg_ids`` are the offset message ids
+    (protocol-notes §8.1), one per message. Under SYNC_FLUSH ``durable`` is a Future that
+    resolves to PUT_OK once the bytes are synced, or FLUSH_DISK_TIMEOUT when they were not
+    within ``sync_flush_timeout_ms``; it is None under ASYNC_FLUSH and when nothing was written.
+    """
+
+    status: PutStatus
+    remark: str = ""
+    physical_offset: int = -1
+    wrote_bytes: int = 0
+    queue_offset: int = -1
+    msg_ids: list[str] = field(default_factory=list)
+    store_timestamp: int = 0
+    message_count: int = 0
+    durable: Future[PutStatus] | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the messages were appended (whatever their durability)."""
+        return self.status is PutStatus.PUT_OK
+
+    def wait_durable(self, timeout_s: float | None = None) -> PutStatus:
+        """Block until the append is durable and return the final status.
+
+        Returns ``status`` at once when there is nothing to wait for (ASYNC_FLUSH, or the put
+        failed). Returns FLUSH_DISK_TIMEOUT when ``timeout_s`` passes first.
+        """
+        if self.durable is None:
+            return self.status
+        try:
+            return self.durable.result(timeout_s)
+        except FutureTimeoutError:
+            return PutStatus.FLUSH_DISK_TIMEOUT
+
+
+@dataclass(slots=True)
+class GetResult:
+    """What ``get_messages`` found: the stored records, as they are, concatenated in ``body``.
+
+    ``next_begin_offset`` is where the consumer should read next (protocol-notes §4.4 table);
+    ``min_offset`` and ``max_offset`` are the queue's bounds at the time of the read.
+    """
+
+    status: GetStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    body: bytes = b""
+    message_count: int = 0
+
+
+@dataclass(slots=True)
+class QueryResult:
+    """Records found by key (newest first), with the index's progress for QUERY_MESSAGE."""
+
+    records: list[bytes]
+    index_last_update_timestamp_ms: int
+    index_last_update_physical_offset: int
+
+    @property
+    def body(self) -> bytes:
+        """The records concatenated, as a QUERY_MESSAGE response body."""
+        return b"".join(self.records)
+
+
+# fn(topic, queue_id, max_offset): called after messages were dispatched to that queue.
+DispatchListener = Callable[[str, int, int], None]
+
+
+class MessageStore(abc.ABC):
+    """What the broker needs from a message store; nothing more (STYLE rule 2).
+
+    Appends are serialized inside the store; every method may be called from any thread.
+    """
+
+    @abc.abstractmethod
+    def put_message(self, message: StoreMessage) -> PutResult:
+        """Append one message and dispatch it to its consume queue and the index.
+
+        Problems of the message itself (size, topic, properties) are returned as a status
+        with a remark, before anything is written; nothing is raised for them.
+        """
+
+    @abc.abstractmethod
+    def put_messages(self, messages: list[StoreMessage]) -> PutResult:
+        """Append a batch (same topic and queue) with consecutive queue offsets in one pass."""
+
+    @abc.abstractmethod
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        tag_codes: Collection[int] | None = None,
+    ) -> GetResult:
+        """Read up to ``max_count`` messages / ``max_bytes`` bytes from ``offset`` on.
+
+        Args:
+            tag_codes: keep only messages whose tag code is in this set; None keeps all.
+        The first matching message is returned even when it alone exceeds ``max_bytes``.
+        """
+
+    @abc.abstractmethod
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset to be written (0 for an unknown queue)."""
+
+    @abc.abstractmethod
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """The first queue offset still readable (0 for an unknown queue)."""
+
+    @abc.abstractmethod
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The queue offset whose store time is ``timestamp_ms``, else the closest (tie: the
+        earlier one); 0 when the queue holds nothing readable (protocol-notes §4.12)."""
+
+    @abc.abstractmethod
+    def earliest_message_time(self, topic: str, queue_id: int) -> int:
+        """Store time (ms) of the first readable message of the queue, or -1 if none."""
+
+    @abc.abstractmethod
+    def read_message(self, physical_offset: int) -> bytes | None:
+        """The one stored record at ``physical_offset``, or None if no record starts there."""
+
+    @abc.abstractmethod
+    def query_messages(
+        self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int
+    ) -> QueryResult:
+        """Records of ``topic`` indexed under ``key`` (a KEYS token or a UNIQ_KEY) whose store
+        time is in [begin_ms, end_ms], newest first, at most ``max_count``."""
+
+    @abc.abstractmethod
+    def commit_log_min_offset(self) -> int:
+        """The first physical offset still stored."""
+
+    @abc.abstractmethod
+    def commit_log_max_offset(self) -> int:
+        """The physical offset the next record will be written at (end of the written log)."""
+
+    @abc.abstractmethod
+    def add_dispatch_listener(self, listener: DispatchListener) -> None:
+        """Call ``listener(topic, queue_id, max_offset)`` after each dispatch to a queue.
+
+        It runs on the appending thread after the append lock is released; keep it short.
+        """
+
+    @abc.abstractmethod
+    def delete_topic(self, topic: str) -> None:
+        """Forget the topic's consume queues (its records stay in the commit log until they
+        expire); its queues start again at offset 0."""
+
+    @abc.abstractmethod
+    def run_retention(self, now_ms: int, disk_used_ratio: float | None = None) -> int:
+        """Delete expired commit-log segments and what points only into them.
+
+        Args:
+            now_ms: the current time (the broker's clock; tests pass a fake one).
+            disk_used_ratio: percent of the store's volume in use; None measures it.
+        Returns:
+            the number of commit-log segments deleted.
+        """
+
+    @abc.abstractmethod
+    def flush(self) -> None:
+        """Sync everything written so far (commit log, consume queues, index, checkpoint)."""
+
+    @abc.abstractmethod
+    def truncate(self, physical_offset: int) -> None:
+        """Cut the commit log at ``physical_offset`` (a record boundary) and drop every
+        consume-queue entry that points at or past it (a slave catching up to a new master)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Flush and release everything; a clean close makes the next open a normal recovery."""
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,308 @@
+"""MappedFile: one fixed-size, preallocated, memory-mapped segment of a log.
+
+A segment is named by the 20-digit zero-padded offset of its first byte in the log's byte
+space (``00000000001073741824`` is the second 1 GiB commit-log file). It is created at its
+full size up front (``posix_fallocate``, so a full disk fails the roll with ``StoreFull``
+instead of killing the process with SIGBUS on a write to a sparse page) and mapped whole.
+
+Positions inside a segment:
+- ``write_position``: bytes appended so far; everything after it is zero (or a torn tail that
+  recovery zeroes);
+- ``flushed_position``: bytes known to be on disk (``msync``); always <= write_position.
+
+The in-memory twin is the same class over an anonymous mapping (``path`` is None): the
+memory store reuses every line of the log logic, and ``flush`` is a no-op there.
+
+Threads: appends (one at a time, under the store's append lock) move ``write_position``; the
+flush thread moves ``flushed_position``; readers only read bytes below a position they got
+from a consume queue or the write position. ``destroy`` may run while a reader still holds a
+slice: the file is unlinked at once and the mapping is closed when the last slice is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import threading
+import time
+
+from tidemq.errors import StoreError, StoreFull
+
+FILE_NAME_DIGITS = 20
+TEMPORARY_SUFFIX = ".tmp"  # a segment being created; see MappedFile.create
+
+# mmap.flush (msync) needs a page-aligned start offset.
+PAGE_SIZE = mmap.ALLOCATIONGRANULARITY
+
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+def file_name(file_from_offset: int) -> str:
+    """The 20-digit zero-padded name of the segment that starts at ``file_from_offset``."""
+    return str(file_from_offset).zfill(FILE_NAME_DIGITS)
+
+
+def parse_file_name(name: str) -> int | None:
+    """The start offset a segment name stands for, or None for a name that is not one."""
+    if len(name) == FILE_NAME_DIGITS and name.isdigit():
+        return int(name)
+    return None
+
+
+class MappedFile:
+    """A fixed-size segment of a log, mapped in memory.
+
+    Use ``create`` (new file), ``open`` (existing file) or ``anonymous`` (memory only).
+    """
+
+    __slots__ = (
+        "_closed",
+        "_mmap",
+        "buffer",
+        "file_from_offset",
+        "file_size",
+        "flushed_position",
+        "last_modified_ms",
+        "path",
+        "readonly",
+        "write_position",
+    )
+
+    def __init__(
+        self,
+        path: str | None,
+        file_from_offset: int,
+        file_size: int,
+        mapping: mmap.mmap,
+        *,
+        readonly: bool = False,
+    ) -> None:
+        self.path = path
+        self.file_from_offset = file_from_offset
+        self.file_size = file_size
+        self._mmap = mapping
+        self.buffer = memoryview(mapping)
+        self.write_position = 0
+        self.flushed_position = 0
+        self.readonly = readonly
+        self.last_modified_ms = int(time.time() * 1000)
+        self._closed = False
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, directory: str, file_from_offset: int, file_size: int, *, exclusive: bool = False
+    ) -> MappedFile:
+        """Create the segment file at its full size and map it.
+
+        The file is made and sized under a temporary name and then renamed, so a crash in
+        between leaves a ``*.tmp`` file (deleted at the next load), never a segment of the
+        wrong size.
+
+        Args:
+            exclusive: fail if the segment exists (the background allocator must never map
+                a segment someone else is writing).
+
+        Raises:
+            StoreFull: the volume has no room for ``file_size`` bytes.
+            StoreError: the file cannot be created or mapped (it names the path and errno).
+        """
+        path = os.path.join(directory, file_name(file_from_offset))
+        temporary = f"{path}.{os.getpid()}.{threading.get_ident()}{TEMPORARY_SUFFIX}"
+        try:
+            fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as e:
+            raise StoreError(f"cannot create segment {path}: {e.strerror}") from e
+        try:
+            _preallocate(fd, path, file_size)
+            mapping = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
+            try:
+                if exclusive:
+                    os.link(temporary, path)  # fails if the segment exists: never clobbers
+                    os.unlink(temporary)
+                else:
+                    os.replace(temporary, path)
+            except OSError as e:
+                mapping.close()
+                raise StoreError(f"cannot create segment {path}: {e.strerror}") from e
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        os.close(fd)
+        return cls(path, file_from_offset, file_size, mapping)
+
+    @classmethod
+    def open(cls, path: str, file_size: int, *, readonly: bool = False) -> MappedFile:
+        """Map an existing segment; its write position starts at 0 until recovery sets it.
+
+        Raises:
+            StoreError: the name is not a 20-digit offset, the size is not ``file_size``, or
+                the file cannot be mapped.
+        """
+        file_from_offset = parse_file_name(os.path.basename(path))
+        if file_from_offset is None:
+            raise StoreError(f"{path} is not named by a 20-digit start offset")
+        try:
+            fd = os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
+        except OSError as e:
+            raise StoreError(f"cannot open segment {path}: {e.strerror}") from e
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != file_size:
+                raise StoreError(
+                    f"segment {path} is {actual} bytes but the configured segment size is "
+                    f"{file_size}; start with the size the store was written with "
+                    "(mapped_file_size_commit_log / mapped_file_size_consume_queue)"
+                )
+            access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
+            mapping = mmap.mmap(fd, file_size, access=access)
+        except OSError as e:
+            raise StoreError(f"cannot map segment {path}: {e.strerror}") from e
+        finally:
+            os.close(fd)
+        mapped = cls(path, file_from_offset, file_size, mapping, readonly=readonly)
+        mapped.last_modified_ms = int(os.stat(path).st_mtime * 1000)
+        return mapped
+
+    @classmethod
+    def anonymous(cls, file_from_offset: int, file_size: int) -> MappedFile:
+        """A segment held only in memory (the memory store's twin of ``create``)."""
+        return cls(None, file_from_offset, file_size, mmap.mmap(-1, file_size))
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The segment's file name (its 20-digit start offset)."""
+        return file_name(self.file_from_offset)
+
+    @property
+    def free_bytes(self) -> int:
+        """Bytes left after the write position."""
+        return self.file_size - self.write_position
+
+    @property
+    def end_offset(self) -> int:
+        """The log offset right after the last written byte."""
+        return self.file_from_offset + self.write_position
+
+    @property
+    def closed(self) -> bool:
+        """True once the segment was destroyed or closed."""
+        return self._closed
+
+    def describe(self) -> str:
+        """A name for messages: the path, or ``memory:<name>``."""
+        return self.path if self.path is not None else f"memory:{self.name}"
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def write(self, position: int, data: bytes | bytearray | memoryview) -> None:
+        """Copy ``data`` to ``position`` and move the write position past it.
+
+        The caller (the log owning the segment) has checked that it fits.
+        """
+        end = position + len(data)
+        self.buffer[position:end] = data
+        self.write_position = end
+        if self.path is None:
+            self.last_modified_ms = int(time.time() * 1000)
+
+    def zero(self, start: int, end: int) -> None:
+        """Write zeros over [start, end), in 1 MiB chunks."""
+        while start < end:
+            step = min(end - start, len(_ZERO_CHUNK))
+            self.buffer[start : start + step] = _ZERO_CHUNK[:step]
+            start += step
+
+    def data_end(self, start: int = 0) -> int:
+        """One past the last non-zero byte at or after ``start`` (``start`` if all zero).
+
+        Recovery uses it to find how far a torn tail reaches; reads in 1 MiB chunks from the
+        end, so an empty preallocated file costs one comparison per MiB.
+        """
+        end = self.file_size
+        while end > start:
+            chunk_start = max(start, end - len(_ZERO_CHUNK))
+            chunk = self._mmap[chunk_start:end]
+            if chunk != _ZERO_CHUNK[: end - chunk_start]:
+                return chunk_start + len(chunk.rstrip(b"\x00"))
+            end = chunk_start
+        return start
+
+    def flush(self) -> int:
+        """Sync [flushed_position, write_position) to disk; return the new flushed position.
+
+        Raises:
+            StoreError: msync failed (the disk or the volume is gone); names the file.
+        """
+        write_position = self.write_position
+        flushed = self.flushed_position
+        if write_position <= flushed or self._closed:
+            return flushed
+        if self.path is not None:
+            start = flushed - flushed % PAGE_SIZE
+            try:
+                self._mmap.flush(start, write_position - start)
+            except (OSError, ValueError) as e:
+                if self._closed:  # destroyed by retention while we flushed
+                    return flushed
+                raise StoreError(f"cannot sync {self.path}: {e}") from e
+        self.flushed_position = write_position
+        return write_position
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def read(self, position: int, size: int) -> bytes:
+        """A copy of [position, position + size)."""
+        return self._mmap[position : position + size]
+
+    # -- end of life ----------------------------------------------------------------------------
+
+    def close(self) -> bool:
+        """Unmap the segment; keep the file. Returns False while a reader still holds a slice
+        (the mapping is then freed with the last slice)."""
+        if self._closed:
+            return True
+        self._closed = True
+        try:
+            self.buffer.release()
+            self._mmap.close()
+        except BufferError:
+            return False
+        return True
+
+    def destroy(self) -> bool:
+        """Unmap the segment and delete its file (see ``close`` for the return value)."""
+        closed = self.close()
+        if self.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        return closed
+
+    def __repr__(self) -> str:
+        return (
+            f"MappedFile({self.describe()}, write={self.write_position}, "
+            f"flushed={self.flushed_position})"
+        )
+
+
+def _preallocate(fd: int, path: str, file_size: int) -> None:
+    try:
+        os.posix_fallocate(fd, 0, file_size)
+    except OSError as e:
+        if e.errno == 28:  # ENOSPC
+            raise StoreFull(
+                f"no room for a new {file_size}-byte segment {path}; free disk space or lower "
+                "file_reserved_time_hours / disk_max_used_space_ratio so retention deletes more"
+            ) from e
+        # Some file systems (tmpfs on old kernels, some FUSE mounts) lack fallocate: fall back
+        # to a sparse file of the right size.
+        try:
+            os.ftruncate(fd, file_size)
+        except OSError as e2:
+            raise StoreError(f"cannot size segment {path} to {file_size}: {e2.strerror}") from e2

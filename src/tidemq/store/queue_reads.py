@@ -1,0 +1,182 @@
+"""Reads through a consume queue: pull (``get_messages``) and search by time.
+
+``get_messages`` answers a pull the way protocol-notes §4.4 says: the status table first
+(queue unknown, empty, offset below min, at max, above max), then a scan of consume-queue
+entries from the offset (at most max(16000, max_count * 20) bytes of them, within one
+segment) that keeps the entries whose tag code is wanted, until ``max_count`` messages or
+``max_bytes`` bytes. The records are not decoded: consecutive records of the commit log are
+taken as one memoryview slice of its mapping, and the slices are joined once into the body.
+
+Searching by time is a binary search over the queue's entries, reading each probed record's
+store time from the commit log (store times grow with the log).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from tidemq.store.commit_log import CommitLog
+from tidemq.store.consume_queue import ENTRY, ENTRY_SIZE, FILLER_SIZE, ConsumeQueue
+from tidemq.store.interface import GetResult, GetStatus
+
+# RocketMQ scans at most this many bytes of consume queue per pull (800 entries), or
+# max_count * 20 if more: a filter matching nothing must not make one pull read a whole queue.
+SCAN_BYTES_MIN = 16000
+
+_iter_entries = ENTRY.iter_unpack
+
+
+def get_messages(
+    queue: ConsumeQueue | None,
+    commit_log: CommitLog,
+    offset: int,
+    max_count: int,
+    max_bytes: int,
+    tag_codes: Collection[int] | None,
+) -> GetResult:
+    """Read a queue from ``offset``; see the module docstring and ``MessageStore``."""
+    if queue is None:
+        return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+    min_offset = queue.min_offset
+    max_offset = queue.max_offset
+    if max_offset == 0:
+        return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+    if offset < min_offset:
+        return GetResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+    if offset == max_offset:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+    if offset > max_offset:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
+    if max_count <= 0:
+        return GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
+    entries = queue.read_entries(offset, max(SCAN_BYTES_MIN, max_count * ENTRY_SIZE))
+    if entries is None:
+        return GetResult(
+            GetStatus.OFFSET_FOUND_NULL, queue.next_file_offset(offset), min_offset, max_offset
+        )
+    wanted = tag_codes
+    if wanted is not None and not isinstance(wanted, (set, frozenset)):
+        wanted = frozenset(wanted)
+    try:
+        status, body, count, scanned = _collect(
+            entries, commit_log, max_count, max_bytes, wanted
+        )
+    finally:
+        entries.release()
+    return GetResult(status, offset + scanned, min_offset, max_offset, body, count)
+
+
+def _collect(
+    entries: memoryview,
+    commit_log: CommitLog,
+    max_count: int,
+    max_bytes: int,
+    wanted: Collection[int] | None,
+) -> tuple[GetStatus, bytes, int, int]:
+    # The per-entry loop is the read path's cost: keep it to a tuple unpack, a few integer
+    # comparisons and, only when a run of adjacent records breaks, one segment lookup.
+    commit_log_min = commit_log.min_offset()
+    find_file = commit_log.find_file
+    parts: list[memoryview] = []
+    count = 0
+    total = 0
+    scanned = 0
+    removed = False
+    run_start = run_end = run_limit = -1
+    base = 0
+    buffer: memoryview | None = None
+    try:
+        for physical_offset, size, tag_code in _iter_entries(entries):
+            if count >= max_count:
+                break
+            if size <= 0 or size == FILLER_SIZE:
+                scanned += 1
+                continue
+            if physical_offset < commit_log_min:
+                removed = True
+                scanned += 1
+                continue
+            if wanted is not None and tag_code not in wanted:
+                scanned += 1
+                continue
+            if count and total + size > max_bytes:
+                break
+            scanned += 1
+            end = physical_offset + size
+            if physical_offset == run_end and end <= run_limit:
+                run_end = end
+            else:
+                if run_end > run_start:
+                    parts.append(buffer[run_start - base : run_end - base])
+                run_start = run_end = -1
+                mapped = find_file(physical_offset)
+                if mapped is None:
+                    removed = True
+                    continue
+                base = mapped.file_from_offset
+                run_limit = base + mapped.write_position
+                if end > run_limit:  # points past the written log: not a record (yet)
+                    continue
+                buffer = mapped.buffer
+                run_start = physical_offset
+                run_end = end
+            count += 1
+            total += size
+        if run_end > run_start:
+            parts.append(buffer[run_start - base : run_end - base])
+        body = b"".join(parts)
+    except ValueError:
+        # A segment was deleted by retention while we read it.
+        return GetStatus.MESSAGE_WAS_REMOVING, b"", 0, scanned
+    finally:
+        for part in parts:
+            part.release()
+    if count:
+        return GetStatus.FOUND, body, count, scanned
+    if removed:
+        return GetStatus.MESSAGE_WAS_REMOVING, b"", 0, scanned
+    return GetStatus.NO_MATCHED_MESSAGE, b"", 0, scanned
+
+
+def _store_time(queue: ConsumeQueue, commit_log: CommitLog, queue_offset: int) -> int:
+    entry = queue.entry(queue_offset)
+    if entry is None:
+        return -1
+    timestamp = commit_log.store_timestamp_at(entry[0])
+    return -1 if timestamp is None else timestamp
+
+
+def offset_by_time(queue: ConsumeQueue | None, commit_log: CommitLog, timestamp_ms: int) -> int:
+    """The queue offset stored at ``timestamp_ms``, else the closest one (tie: the earlier);
+    0 when the queue holds nothing readable (protocol-notes §4.12)."""
+    if queue is None:
+        return 0
+    low = queue.first_offset_at_or_after(commit_log.min_offset())
+    high = queue.max_offset
+    if low >= high:
+        return 0
+    # First offset whose store time is >= timestamp_ms.
+    left, right = low, high
+    while left < right:
+        middle = (left + right) // 2
+        if _store_time(queue, commit_log, middle) < timestamp_ms:
+            left = middle + 1
+        else:
+            right = middle
+    if left == high:
+        return high - 1
+    after = _store_time(queue, commit_log, left)
+    if after == timestamp_ms or left == low:
+        return left
+    before = _store_time(queue, commit_log, left - 1)
+    return left - 1 if timestamp_ms - before <= after - timestamp_ms else left
+
+
+def earliest_message_time(queue: ConsumeQueue | None, commit_log: CommitLog) -> int:
+    """Store time of the queue's first readable message, or -1 if none."""
+    if queue is None:
+        return -1
+    first = queue.first_offset_at_or_after(commit_log.min_offset())
+    if first >= queue.max_offset:
+        return -1
+    return _store_time(queue, commit_log, first)

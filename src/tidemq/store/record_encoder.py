@@ -1,0 +1,357 @@
+"""Encode StoreMessages into stored records: a whole batch into one buffer, in one pass.
+
+The record layout is the one documented in ``tidemq.protocol.message`` (protocol-notes §6.1).
+This module builds it for the append path, one pass over the messages: check each limit,
+pack the fixed 88-byte prefix (one ``struct.pack``), and queue the prefix, the body and the
+tail (topic and properties) as parts that one ``bytearray().join`` copies into the batch
+buffer. A bad message is refused before anything is written. QUEUEOFFSET and PHYSICALOFFSET
+are left 0: only the commit log knows them, under its append lock, and patches them in
+place (``patch_offsets``), together with STORETIMESTAMP when another append took a later
+time meanwhile (store times never go back along the log).
+
+Records with an IPv6 born or store host go through ``encode_record`` of the shared codec;
+the IPv4 case, nearly all traffic, packs its prefix here.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from zlib import crc32
+
+from tidemq.limits import PROPERTIES_SIZE_MAX, TOPIC_NAME_LENGTH_MAX, topic_name_problem
+from tidemq.protocol.message import (
+    KEY_SEPARATOR,
+    MAGIC_V1,
+    NAME_VALUE_SEPARATOR,
+    POSITION_QUEUE_OFFSET,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    RECORD_PREFIX_SIZE_IPV4,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+    SYSFLAG_TRANSACTION_MASK,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    encode_record,
+    pack_host,
+    store_timestamp_position,
+    tags_code,
+)
+from tidemq.store.config import SCHEDULE_TOPIC
+from tidemq.store.interface import PutStatus, StoreMessage
+
+# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
+# BORNHOST(addr, port) STORETIMESTAMP STOREHOST(addr, port) RECONSUMETIMES PREPAREDOFFSET
+# BODYLENGTH: 4+4+4+4+4+8+8+4+8+(4+4)+8+(4+4)+4+8+4 = 88 bytes, both hosts IPv4.
+_PREFIX_IPV4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
+assert _PREFIX_IPV4.size == RECORD_PREFIX_SIZE_IPV4
+_pack_prefix = _PREFIX_IPV4.pack
+_pack_int16 = struct.Struct(">h").pack
+_pack_offsets = struct.Struct(">qq").pack_into  # QUEUEOFFSET @20, PHYSICALOFFSET @28
+_pack_int64 = struct.Struct(">q").pack_into
+_STORE_TIMESTAMP_POSITION_IPV4 = store_timestamp_position(0)  # 56
+_NO_V6_FLAGS = ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+
+# Transaction types that get a consume-queue entry (and a queue offset); protocol-notes §6.2.
+QUEUED_TRANSACTION_TYPES = frozenset((TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE))
+
+
+class EncodeRejected(Exception):
+    """A message cannot be stored; ``status`` and ``remark`` go into the PutResult."""
+
+    def __init__(self, status: PutStatus, remark: str) -> None:
+        super().__init__(remark)
+        self.status = status
+        self.remark = remark
+
+
+@functools.lru_cache(maxsize=1024)
+def _packed_host(address: str) -> tuple[bytes, int, bool]:
+    # Producers are few and their addresses repeat: parse each "ip:port" once.
+    return pack_host(address)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_tags_code(tags: str | None) -> int:
+    return tags_code(tags)
+
+
+@dataclass(slots=True)
+class EncodedBatch:
+    """Records for one queue, packed back to back in ``buffer``.
+
+    ``tag_codes[i]`` is None for a delayed message whose delivery time (its tag code) is
+    known only once the store time is; ``delay_levels[i]`` then holds its DELAY level.
+    ``store_timestamp_positions`` is None when every record has it at 56 (IPv4 born host).
+    """
+
+    topic: str
+    queue_id: int
+    transaction_type: int
+    buffer: bytearray
+    sizes: list[int]
+    store_timestamp: int
+    store_timestamp_positions: list[int] | None
+    tag_codes: list[int | None]
+    keys: list[list[str]] | None
+    delay_levels: list[int] | None
+
+    @property
+    def queued(self) -> bool:
+        """True when these records get consume-queue entries and queue offsets."""
+        return self.transaction_type in QUEUED_TRANSACTION_TYPES
+
+    @property
+    def indexed(self) -> bool:
+        """True when these records are indexed by key (all but rollback records)."""
+        return self.transaction_type != TRANSACTION_ROLLBACK_TYPE
+
+    def store_timestamp_position(self, index: int) -> int:
+        """Where STORETIMESTAMP sits in record ``index``."""
+        positions = self.store_timestamp_positions
+        return _STORE_TIMESTAMP_POSITION_IPV4 if positions is None else positions[index]
+
+
+def patch_offsets(
+    buffer: bytearray, position: int, queue_offset: int, physical_offset: int
+) -> None:
+    """Write QUEUEOFFSET and PHYSICALOFFSET of the record at ``position``."""
+    _pack_offsets(buffer, position + POSITION_QUEUE_OFFSET, queue_offset, physical_offset)
+
+
+def patch_store_timestamp(buffer: bytearray, position: int, store_timestamp: int) -> None:
+    """Write STORETIMESTAMP at ``position`` (a record's start plus its timestamp position)."""
+    _pack_int64(buffer, position, store_timestamp)
+
+
+def encode_messages(
+    messages: Sequence[StoreMessage],
+    *,
+    store_host: str,
+    store_timestamp: int,
+    max_message_size: int,
+    segment_size: int,
+    with_keys: bool,
+) -> EncodedBatch:
+    """Validate and encode messages of one (topic, queue) into one buffer.
+
+    Args:
+        store_host: ``"ip:port"`` written as STOREHOST.
+        store_timestamp: written as STORETIMESTAMP (the commit log may raise it).
+        max_message_size: the largest body accepted (``max_message_size``).
+        segment_size: a record must fit one commit-log segment.
+        with_keys: collect the index keys (UNIQ_KEY and KEYS tokens) of each message.
+
+    Raises:
+        EncodeRejected: an empty batch, mixed topics or queues, a bad topic, queue id, host,
+            field value, body or properties size; nothing has been written.
+    """
+    if not messages:
+        raise EncodeRejected(PutStatus.MESSAGE_ILLEGAL, "the batch has no messages")
+    first = messages[0]
+    topic = first.topic
+    queue_id = first.queue_id
+    _check_destination(topic, queue_id)
+    batched = len(messages) > 1
+    topic_bytes = topic.encode("utf-8")
+    topic_field = bytes((len(topic_bytes),)) + topic_bytes
+    store_address, store_port, store_v6 = _packed_host_or_reject(store_host, "store host")
+    fixed_size = RECORD_PREFIX_SIZE_IPV4 + len(topic_field) + 2
+    schedule_topic = topic == SCHEDULE_TOPIC
+
+    parts: list[bytes] = []
+    add = parts.append
+    sizes: list[int] = []
+    timestamp_positions: list[int] | None = None
+    tag_codes: list[int | None] = []
+    keys: list[list[str]] | None = [] if with_keys else None
+    delay_levels: list[int] | None = [] if schedule_topic else None
+    born_host_text = None
+    born_address, born_port, born_v6 = b"", 0, False
+    # The loop below runs once per stored message: calls are inlined on purpose.
+    try:
+        for message in messages:
+            if batched and (
+                message.topic != topic
+                or message.queue_id != queue_id
+                or message.sysflag & SYSFLAG_TRANSACTION_MASK
+            ):
+                _check_batch(messages, topic, queue_id)
+            properties_map = message.properties
+            properties = PROPERTY_SEPARATOR.join(
+                [f"{name}{NAME_VALUE_SEPARATOR}{value}" for name, value in properties_map.items()
+                 if value is not None]
+            ).encode("utf-8") if properties_map else b""
+            properties_length = len(properties)
+            if properties_length > PROPERTIES_SIZE_MAX:
+                raise _properties_too_large(properties_length)
+            body = message.body
+            body_length = len(body)
+            if body_length > max_message_size:
+                raise _body_too_large(body_length, max_message_size)
+            if message.born_host != born_host_text:
+                born_host_text = message.born_host
+                born_address, born_port, born_v6 = _packed_host_or_reject(
+                    born_host_text, "born host"
+                )
+            if born_v6 or store_v6:
+                record = bytes(encode_record(
+                    topic=topic_bytes, body=body, properties=properties, queue_id=queue_id,
+                    flag=message.flag, sysflag=message.sysflag,
+                    born_timestamp=message.born_timestamp, born_host=(born_address, born_port),
+                    store_timestamp=store_timestamp, store_host=(store_address, store_port),
+                    reconsume_times=message.reconsume_times,
+                    prepared_transaction_offset=message.prepared_transaction_offset,
+                ))
+                size = len(record)
+                add(record)
+                if timestamp_positions is None:
+                    timestamp_positions = [_STORE_TIMESTAMP_POSITION_IPV4] * len(sizes)
+                timestamp_positions.append(
+                    store_timestamp_position(SYSFLAG_BORNHOST_V6 if born_v6 else 0)
+                )
+            else:
+                size = fixed_size + body_length + properties_length
+                add(_pack_prefix(
+                    size, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, message.flag, 0, 0,
+                    message.sysflag & _NO_V6_FLAGS, message.born_timestamp, born_address,
+                    born_port, store_timestamp, store_address, store_port,
+                    message.reconsume_times, message.prepared_transaction_offset, body_length,
+                ))
+                add(body)
+                add(topic_field + _pack_int16(properties_length) + properties)
+                if timestamp_positions is not None:
+                    timestamp_positions.append(_STORE_TIMESTAMP_POSITION_IPV4)
+            if size > segment_size:
+                raise _record_too_large(size, segment_size)
+            sizes.append(size)
+            if message.tags_code is not None:
+                tag_codes.append(message.tags_code)
+            elif schedule_topic:
+                tag_codes.append(None)
+                delay_levels.append(  # type: ignore[union-attr]
+                    _delay_level(properties_map.get(PROPERTY_DELAY_TIME_LEVEL))
+                )
+            else:
+                tag_codes.append(_cached_tags_code(properties_map.get(PROPERTY_TAGS)))
+            if keys is not None:
+                keys.append(index_keys(properties_map))
+    except (struct.error, OverflowError, TypeError) as e:
+        raise EncodeRejected(
+            PutStatus.MESSAGE_ILLEGAL, f"a message field does not fit its slot in the record: {e}"
+        ) from None
+    return EncodedBatch(
+        topic=topic,
+        queue_id=queue_id,
+        transaction_type=first.sysflag & SYSFLAG_TRANSACTION_MASK,
+        buffer=bytearray().join(parts),
+        sizes=sizes,
+        store_timestamp=store_timestamp,
+        store_timestamp_positions=timestamp_positions,
+        tag_codes=tag_codes,
+        keys=keys,
+        delay_levels=delay_levels,
+    )
+
+
+def _properties_too_large(length: int) -> EncodeRejected:
+    return EncodeRejected(
+        PutStatus.PROPERTIES_SIZE_EXCEEDED,
+        f"message properties are {length} bytes, more than the {PROPERTIES_SIZE_MAX} a "
+        "record can hold; send fewer or shorter properties",
+    )
+
+
+def _body_too_large(length: int, max_message_size: int) -> EncodeRejected:
+    return EncodeRejected(
+        PutStatus.MESSAGE_ILLEGAL,
+        f"message body is {length} bytes, larger than max_message_size={max_message_size} "
+        "(set maxMessageSize on the broker and the producer)",
+    )
+
+
+def _record_too_large(size: int, segment_size: int) -> EncodeRejected:
+    return EncodeRejected(
+        PutStatus.MESSAGE_ILLEGAL,
+        f"message record is {size} bytes and cannot fit a commit-log segment of "
+        f"mapped_file_size_commit_log={segment_size} bytes; raise that setting",
+    )
+
+
+def index_keys(properties: dict[str, str]) -> list[str]:
+    """The keys a message is indexed under: its UNIQ_KEY, then each KEYS token."""
+    keys: list[str] = []
+    unique_key = properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    if unique_key:
+        keys.append(unique_key)
+    user_keys = properties.get(PROPERTY_KEYS)
+    if user_keys:
+        keys.extend(token for token in user_keys.split(KEY_SEPARATOR) if token)
+    return keys
+
+
+def tag_code_of(properties: dict[str, str]) -> int:
+    """The consume-queue tag code of a message's TAGS (cached Java hash)."""
+    return _cached_tags_code(properties.get(PROPERTY_TAGS))
+
+
+def delivery_tag_code(level: int, store_timestamp: int, delay_level_ms: Sequence[int]) -> int:
+    """The tag code of a delayed message: when it is due (store time + its level's delay).
+
+    Levels above the table use the last level, as RocketMQ caps them; 0 or less means now.
+    """
+    if level <= 0:
+        return store_timestamp
+    return store_timestamp + delay_level_ms[min(level, len(delay_level_ms)) - 1]
+
+
+def _delay_level(text: str | None) -> int:
+    try:
+        return int(text) if text else 0
+    except ValueError:
+        return 0
+
+
+def _check_destination(topic: str, queue_id: int) -> None:
+    problem = topic_name_problem(topic)
+    if problem is not None:
+        raise EncodeRejected(PutStatus.MESSAGE_ILLEGAL, problem)
+    if len(topic.encode("utf-8")) > TOPIC_NAME_LENGTH_MAX:
+        raise EncodeRejected(
+            PutStatus.MESSAGE_ILLEGAL,
+            f"topic {topic[:40]!r} is longer than {TOPIC_NAME_LENGTH_MAX} bytes",
+        )
+    if not 0 <= queue_id <= 0x7FFFFFFF:
+        raise EncodeRejected(
+            PutStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} is negative or above 2^31-1"
+        )
+
+
+def _check_batch(messages: Sequence[StoreMessage], topic: str, queue_id: int) -> None:
+    # Raises for the first message that does not belong in a batch to topic/queue_id.
+    for message in messages:
+        if message.topic != topic or message.queue_id != queue_id:
+            raise EncodeRejected(
+                PutStatus.MESSAGE_ILLEGAL,
+                f"a batch goes to one queue: {topic}/{queue_id} and "
+                f"{message.topic}/{message.queue_id} are mixed; send them separately",
+            )
+        if message.sysflag & SYSFLAG_TRANSACTION_MASK:
+            raise EncodeRejected(
+                PutStatus.MESSAGE_ILLEGAL,
+                "a batch cannot hold transactional messages; send them one by one",
+            )
+
+
+def _packed_host_or_reject(address: str, what: str) -> tuple[bytes, int, bool]:
+    try:
+        return _packed_host(address)
+    except Exception as e:
+        raise EncodeRejected(PutStatus.MESSAGE_ILLEGAL, f"{what} {address!r}: {e}") from None

@@ -1,0 +1,277 @@
+"""Recovery: make the commit log, the consume queues and the index agree again at open.
+
+Theory of operation (RocketMQ's recoverNormally / recoverAbnormally, plus tail cutting):
+
+1. Commit log. After a clean close (no ``abort`` file) only the last three segments are
+   scanned; after a crash the scan starts at the last segment whose first record is no newer
+   than the checkpoint's minimum time (everything before that is known to be on disk in
+   every part). The scan verifies each record (magic, sizes, PHYSICALOFFSET, and the body CRC
+   when ``check_crc_on_recover``) and stops at the first position holding neither a record
+   nor a blank marker. That is the end of the log: whatever follows it in that segment is
+   zeroed and later segments are deleted, with a WARNING
+   "truncated N invalid bytes at <file>:<position>" for each one that held data.
+2. Consume queues. Each queue's write position is found from its last segments (the last
+   entry with a size); entries at the tail that do not match a record (a torn write) and
+   every entry pointing past the end of the commit log are dropped; min offsets move to the
+   first entry whose record still exists.
+3. Re-dispatch. Records past what the queues (and the index) hold are parsed from the
+   commit log and dispatched again. Dispatch is idempotent, so starting a little early is
+   harmless. Deleting every consume queue (or the index) therefore rebuilds it at open.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tidemq.store.commit_log import CommitLog
+from tidemq.store.consume_queue import FILLER_SIZE, ConsumeQueue
+from tidemq.store.consume_queue_table import ConsumeQueueTable
+from tidemq.store.dispatch import Dispatcher, KeyIndex, batch_from_record
+from tidemq.store.mapped_file import MappedFile
+from tidemq.store.record_check import (
+    RecordKind,
+    dispatch_fields,
+    inspect_record,
+    read_store_timestamp,
+)
+
+logger = logging.getLogger(__name__)
+
+# RocketMQ trusts all but the last three segments after a clean close.
+NORMAL_RECOVERY_FILE_COUNT = 3
+
+# Torn writes touch the last entries only; never walk back further than this per queue.
+QUEUE_TAIL_CHECK_MAX = 1024
+
+_QUEUE_ID_POSITION = 12
+_QUEUE_OFFSET_POSITION = 20
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    """What recovery did, for logs and tests."""
+
+    clean_exit: bool
+    scan_start: int = 0  # where the commit-log scan began
+    commit_log_end: int = 0
+    truncated_bytes: int = 0
+    dropped_queue_entries: int = 0
+    redispatched_records: int = 0
+
+
+def recover(
+    commit_log: CommitLog,
+    queues: ConsumeQueueTable,
+    index: KeyIndex | None,
+    dispatchers: Sequence[Dispatcher],
+    *,
+    clean_exit: bool,
+    checkpoint_min_timestamp: int,
+    check_crc: bool,
+    delay_level_ms: Sequence[int],
+) -> RecoveryReport:
+    """Run the three steps of the module docstring on freshly loaded parts."""
+    report = RecoveryReport(clean_exit=clean_exit)
+    commit_log.queue.check_contiguous()
+    recover_commit_log(commit_log, report, checkpoint_min_timestamp, check_crc)
+    end = report.commit_log_end
+    commit_log_min = commit_log.min_offset()
+    for queue in queues.all():
+        queue.recover()
+        report.dropped_queue_entries += _drop_torn_tail(queue, commit_log)
+        report.dropped_queue_entries += queue.truncate_from_physical(end)
+        queue.correct_min_offset(commit_log_min)
+    # After a crash a queue may lag the others (its last pages never reached the disk):
+    # re-dispatch everything the scan covered, as RocketMQ does.
+    start_at_most = None if clean_exit else report.scan_start
+    report.redispatched_records = redispatch(
+        commit_log, queues, index, dispatchers, delay_level_ms, start_at_most
+    )
+    logger.info(
+        "recovered store after a %s exit: commit log ends at %d, %d bytes truncated, "
+        "%d queue entries dropped, %d records re-dispatched",
+        "clean" if clean_exit else "unclean", end, report.truncated_bytes,
+        report.dropped_queue_entries, report.redispatched_records,
+    )
+    return report
+
+
+def recover_commit_log(
+    commit_log: CommitLog,
+    report: RecoveryReport,
+    checkpoint_min_timestamp: int,
+    check_crc: bool,
+) -> None:
+    """Find the end of the commit log, set write positions, cut whatever follows the end."""
+    files = commit_log.queue.files
+    if not files:
+        return
+    if report.clean_exit:
+        start = max(0, len(files) - NORMAL_RECOVERY_FILE_COUNT)
+    else:
+        start = _abnormal_start(files, checkpoint_min_timestamp)
+    file_size = commit_log.file_size
+    for mapped in files[:start]:
+        mapped.write_position = mapped.flushed_position = file_size
+    end = report.scan_start = files[start].file_from_offset
+    problem = ""
+    last_timestamp = 0
+    for mapped in files[start:]:
+        position, problem, timestamp = _scan_segment(mapped, check_crc)
+        last_timestamp = timestamp or last_timestamp
+        mapped.write_position = mapped.flushed_position = position
+        end = mapped.file_from_offset + position
+        if position < file_size:
+            break
+    report.commit_log_end = end
+    report.truncated_bytes = _cut_after(commit_log, end, problem)
+    commit_log.queue.flushed_where = end
+    if last_timestamp:
+        commit_log.last_store_timestamp = last_timestamp
+    elif end > commit_log.min_offset():
+        commit_log.last_store_timestamp = _last_timestamp_before(commit_log, files[start])
+
+
+def _abnormal_start(files: Sequence[MappedFile], min_timestamp: int) -> int:
+    # The last segment whose first record is old enough that the checkpoint covers it.
+    for index in range(len(files) - 1, -1, -1):
+        mapped = files[index]
+        inspection = inspect_record(
+            mapped.buffer, 0, mapped.file_size, mapped.file_from_offset, check_crc=False
+        )
+        if (
+            inspection.kind is RecordKind.RECORD
+            and read_store_timestamp(mapped.buffer, 0) <= min_timestamp
+        ):
+            return index
+    return 0
+
+
+def _scan_segment(mapped: MappedFile, check_crc: bool) -> tuple[int, str, int]:
+    """(end position, why the scan stopped before the segment's end or "", store time of the
+    segment's last record or 0)."""
+    buffer = mapped.buffer
+    file_size = mapped.file_size
+    base = mapped.file_from_offset
+    position = 0
+    last_record = -1
+    problem = ""
+    while True:
+        inspection = inspect_record(buffer, position, file_size, base + position, check_crc)
+        if inspection.kind is RecordKind.RECORD:
+            last_record = position
+            position += inspection.size
+            continue
+        if inspection.kind is RecordKind.BLANK:
+            position = file_size
+        else:
+            problem = inspection.problem
+        break
+    timestamp = read_store_timestamp(buffer, last_record) if last_record >= 0 else 0
+    return position, problem, timestamp
+
+
+def _cut_after(commit_log: CommitLog, end: int, problem: str) -> int:
+    """Zero what follows ``end`` in its segment, delete later segments; log what held data."""
+    truncated = 0
+    for mapped in commit_log.queue.files:
+        if mapped.file_from_offset + mapped.file_size <= end:
+            continue
+        position = max(0, end - mapped.file_from_offset)
+        data_end = mapped.data_end(position)
+        if data_end > position:
+            truncated += data_end - position
+            reason = problem if mapped.file_from_offset <= end else "past the end of the log"
+            logger.warning(
+                "truncated %d invalid bytes at %s:%d (%s)",
+                data_end - position, mapped.describe(), position, reason or "not a record",
+            )
+    commit_log.truncate(end)
+    return truncated
+
+
+def _last_timestamp_before(commit_log: CommitLog, first_scanned: MappedFile) -> int:
+    # No record in the scanned segments: the newest is the last record of an earlier one.
+    timestamp = 0
+    previous = commit_log.find_file(first_scanned.file_from_offset - 1)
+    if previous is not None:
+        for mapped, position in commit_log.iter_positions(previous.file_from_offset):
+            if mapped is not previous:
+                break
+            timestamp = read_store_timestamp(mapped.buffer, position)
+    return timestamp
+
+
+def _drop_torn_tail(queue: ConsumeQueue, commit_log: CommitLog) -> int:
+    """Drop tail entries that do not point at their record (a torn consume-queue write)."""
+    commit_log_min = commit_log.min_offset()
+    max_offset = queue.max_offset
+    offset = max_offset - 1
+    low = max(queue.min_offset, max_offset - QUEUE_TAIL_CHECK_MAX)
+    while offset >= low:
+        entry = queue.entry(offset)
+        if entry is None:
+            break
+        physical_offset, size, _ = entry
+        if size == FILLER_SIZE or physical_offset < commit_log_min:
+            break
+        if _entry_matches(commit_log, queue, offset, physical_offset, size):
+            break
+        offset -= 1
+    dropped = max_offset - 1 - offset
+    if dropped:
+        logger.warning(
+            "dropped %d torn entries at the tail of consume queue %s/%d",
+            dropped, queue.topic, queue.queue_id,
+        )
+        queue.queue.truncate_dirty((offset + 1) * 20)
+    return dropped
+
+
+def _entry_matches(
+    commit_log: CommitLog, queue: ConsumeQueue, queue_offset: int, physical_offset: int, size: int
+) -> bool:
+    record = commit_log.read_record(physical_offset)
+    if record is None or len(record) != size:
+        return False
+    queue_id = int.from_bytes(record[_QUEUE_ID_POSITION : _QUEUE_ID_POSITION + 4], "big")
+    stored_offset = int.from_bytes(
+        record[_QUEUE_OFFSET_POSITION : _QUEUE_OFFSET_POSITION + 8], "big", signed=True
+    )
+    return queue_id == queue.queue_id and stored_offset == queue_offset
+
+
+def redispatch(
+    commit_log: CommitLog,
+    queues: ConsumeQueueTable,
+    index: KeyIndex | None,
+    dispatchers: Sequence[Dispatcher],
+    delay_level_ms: Sequence[int],
+    start_at_most: int | None = None,
+) -> int:
+    """Dispatch every record past what the queues and the index hold (and at least those
+    from ``start_at_most`` on); return how many records were dispatched."""
+    commit_log_min = commit_log.min_offset()
+    queue_end = max((queue.last_physical_end() for queue in queues.all()), default=0)
+    start = max(queue_end, commit_log_min)
+    if start_at_most is not None:
+        start = max(min(start, start_at_most), commit_log_min)
+    if index is not None:
+        start = min(start, max(index.last_update_physical_offset, commit_log_min))
+    if start >= commit_log.max_offset():
+        return 0
+    count = 0
+    with_keys = index is not None
+    for mapped, position in commit_log.iter_positions(start):
+        size = int.from_bytes(mapped.buffer[position : position + 4], "big")
+        fields = dispatch_fields(mapped.buffer, position)
+        batch = batch_from_record(
+            fields, mapped.file_from_offset + position, size, delay_level_ms, with_keys
+        )
+        for dispatcher in dispatchers:
+            dispatcher.dispatch(batch)
+        count += 1
+    return count
+

@@ -1,0 +1,334 @@
+"""StoreCore: the message store's behaviour, shared by the file store and its memory twin.
+
+It owns a commit log, the consume queues and (optionally) a key index, and implements
+``MessageStore`` on them: validated appends with synchronous dispatch, reads, searches,
+retention, truncation. ``FileMessageStore`` adds files, recovery, flush threads, the
+checkpoint and the lock; ``MemoryMessageStore`` uses anonymous mappings and adds nothing.
+
+Theory of an append (``put_messages``):
+1. encode every record into one buffer, outside the lock (record_encoder.py); a bad message
+   is answered here and nothing is written;
+2. under the append lock: take the queue offset (the queue's max offset) and a store time
+   (never below the previous one, so store times grow along the log), make room in the
+   consume queue, write the records to the commit log (patching offsets and time in place),
+   and dispatch them (consume-queue entries in one pack, index keys);
+3. after the lock: tell dispatch listeners, and under SYNC_FLUSH ask the group commit for
+   a durable future.
+
+Threads and the state they own:
+- the append lock (one appender at a time, any thread): commit-log writes and rolls,
+  consume-queue writes and creation, index puts, truncation, topic deletion, and the
+  segment deletions of retention;
+- readers (any thread, no lock): copy-on-write segment lists, consume-queue dict lookups,
+  bytes below published offsets;
+- flush threads (file store): flushed positions and the checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Collection
+
+from tidemq.errors import StoreError
+from tidemq.protocol.msgid import encode_offset_msg_id
+from tidemq.store import queue_reads
+from tidemq.store.commit_log import CommitLog
+from tidemq.store.config import StoreConfig
+from tidemq.store.consume_queue_table import ConsumeQueueTable
+from tidemq.store.dispatch import (
+    ConsumeQueueDispatcher,
+    DispatchBatch,
+    Dispatcher,
+    IndexDispatcher,
+    KeyIndex,
+)
+from tidemq.store.flush import GroupCommitService
+from tidemq.store.interface import (
+    DispatchListener,
+    GetResult,
+    MessageStore,
+    PutResult,
+    PutStatus,
+    QueryResult,
+    StoreMessage,
+)
+from tidemq.store.record_encoder import (
+    EncodedBatch,
+    EncodeRejected,
+    delivery_tag_code,
+    encode_messages,
+)
+from tidemq.store.retention import RetentionPolicy
+
+logger = logging.getLogger(__name__)
+
+_MSG_ID_OFFSET_DIGITS = 16  # the physical offset is the last 8 bytes of an offset msg id
+
+
+class StoreCore(MessageStore):
+    """``MessageStore`` over a commit log, consume queues and a key index."""
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        commit_log: CommitLog,
+        queues: ConsumeQueueTable,
+        index: KeyIndex | None,
+    ) -> None:
+        self.config = config
+        self.commit_log = commit_log
+        self.queues = queues
+        self.index = index
+        self._dispatchers: list[Dispatcher] = [ConsumeQueueDispatcher(queues)]
+        if index is not None:
+            self._dispatchers.append(IndexDispatcher(index))
+        self._listeners: list[DispatchListener] = []
+        self._append_lock = threading.Lock()
+        self._delay_level_ms = config.delay_level_ms()
+        self._retention = RetentionPolicy.from_config(config)
+        # Every offset msg id of this store shares its host part: render it once
+        # (encode_offset_msg_id parses the host on each call) and append the offset in hex.
+        self._msg_id_prefix = encode_offset_msg_id(config.store_host, 0)[:-_MSG_ID_OFFSET_DIGITS]
+        self._group_commit: GroupCommitService | None = None
+        self._closed = False
+        self._not_writable_reason: str | None = None
+        # Store time of the newest dispatched record (the checkpoint's logics time).
+        self.last_dispatched_timestamp = 0
+
+    # -- appends --------------------------------------------------------------------------------
+
+    def put_message(self, message: StoreMessage) -> PutResult:
+        """Append one message (see ``MessageStore.put_message``)."""
+        return self._put((message,))
+
+    def put_messages(self, messages: list[StoreMessage]) -> PutResult:
+        """Append a batch of one queue (see ``MessageStore.put_messages``)."""
+        return self._put(messages)
+
+    def _put(self, messages: list[StoreMessage] | tuple[StoreMessage, ...]) -> PutResult:
+        if self._closed or self._not_writable_reason is not None:
+            return self._unavailable()
+        try:
+            batch = encode_messages(
+                messages,
+                store_host=self.config.store_host,
+                store_timestamp=int(time.time() * 1000),
+                max_message_size=self.config.max_message_size,
+                segment_size=self.commit_log.file_size,
+                with_keys=self.index is not None,
+            )
+        except EncodeRejected as e:
+            return PutResult(e.status, e.remark)
+        count = len(batch.sizes)
+        queued = batch.queued
+        with self._append_lock:
+            if self._closed or self._not_writable_reason is not None:
+                return self._unavailable()
+            queue = self.queues.get_or_create(batch.topic, batch.queue_id) if queued else None
+            queue_offset = queue.max_offset if queue is not None else 0
+            # Store times never go back along the log (time search relies on it).
+            store_timestamp = max(batch.store_timestamp, self.commit_log.last_store_timestamp)
+            try:
+                if queue is not None:
+                    queue.ensure_room(count)
+                physical_offsets = self.commit_log.append(
+                    batch, queue_offset, 1 if queued else 0, store_timestamp
+                )
+            except StoreError as e:
+                logger.error("append to %s/%d failed: %s", batch.topic, batch.queue_id, e)
+                return PutResult(PutStatus.UNKNOWN_ERROR, f"the store could not write: {e}")
+            self._dispatch(batch, queue_offset, physical_offsets, store_timestamp)
+            end_offset = self.commit_log.max_offset()
+        if queued:
+            self._notify(batch.topic, batch.queue_id, queue_offset + count)
+        durable = self._group_commit.request(end_offset) if self._group_commit else None
+        prefix = self._msg_id_prefix
+        return PutResult(
+            status=PutStatus.PUT_OK,
+            physical_offset=physical_offsets[0],
+            wrote_bytes=len(batch.buffer),
+            queue_offset=queue_offset if queued else 0,
+            msg_ids=[f"{prefix}{offset:016X}" for offset in physical_offsets],
+            store_timestamp=store_timestamp,
+            message_count=count,
+            durable=durable,
+        )
+
+    def _dispatch(
+        self,
+        batch: EncodedBatch,
+        queue_offset: int,
+        physical_offsets: list[int],
+        store_timestamp: int,
+    ) -> None:
+        tag_codes = batch.tag_codes
+        if batch.delay_levels is not None:
+            levels = iter(batch.delay_levels)
+            tag_codes = [
+                delivery_tag_code(next(levels), store_timestamp, self._delay_level_ms)
+                if code is None
+                else code
+                for code in tag_codes
+            ]
+        dispatch_batch = DispatchBatch(
+            topic=batch.topic,
+            queue_id=batch.queue_id,
+            queue_offset=queue_offset,
+            physical_offsets=physical_offsets,
+            sizes=batch.sizes,
+            tag_codes=tag_codes,  # type: ignore[arg-type]  # every None was resolved above
+            keys=batch.keys,
+            store_timestamp=store_timestamp,
+            queued=batch.queued,
+            indexed=batch.indexed,
+        )
+        try:
+            for dispatcher in self._dispatchers:
+                dispatcher.dispatch(dispatch_batch)
+            self.last_dispatched_timestamp = store_timestamp
+        except StoreError as e:
+            # The records are in the commit log, the only truth, and recovery rebuilds what
+            # failed here; but appending on would let queue offsets and the queues diverge.
+            self._not_writable_reason = f"dispatch failed ({e}); restart the broker to rebuild"
+            logger.error("store stops taking writes: %s", self._not_writable_reason)
+
+    def _notify(self, topic: str, queue_id: int, max_offset: int) -> None:
+        for listener in self._listeners:
+            try:
+                listener(topic, queue_id, max_offset)
+            except Exception:
+                # A listener's bug must not fail an append that already happened.
+                logger.exception("dispatch listener %r failed", listener)
+
+    def _unavailable(self) -> PutResult:
+        reason = "the store is closed" if self._closed else self._not_writable_reason
+        return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, f"cannot append: {reason}")
+
+    def add_dispatch_listener(self, listener: DispatchListener) -> None:
+        """Call ``listener(topic, queue_id, max_offset)`` after each dispatch to a queue."""
+        self._listeners.append(listener)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        tag_codes: Collection[int] | None = None,
+    ) -> GetResult:
+        """Read a queue (see ``MessageStore.get_messages`` and queue_reads.py)."""
+        return queue_reads.get_messages(
+            self.queues.get(topic, queue_id), self.commit_log, offset, max_count, max_bytes,
+            tag_codes,
+        )
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset to be written (0 for an unknown queue)."""
+        queue = self.queues.get(topic, queue_id)
+        return queue.max_offset if queue is not None else 0
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """The first readable queue offset (0 for an unknown queue)."""
+        queue = self.queues.get(topic, queue_id)
+        return queue.min_offset if queue is not None else 0
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """See ``MessageStore.offset_by_time``."""
+        return queue_reads.offset_by_time(
+            self.queues.get(topic, queue_id), self.commit_log, timestamp_ms
+        )
+
+    def earliest_message_time(self, topic: str, queue_id: int) -> int:
+        """See ``MessageStore.earliest_message_time``."""
+        return queue_reads.earliest_message_time(self.queues.get(topic, queue_id), self.commit_log)
+
+    def read_message(self, physical_offset: int) -> bytes | None:
+        """The record at ``physical_offset``, or None."""
+        if physical_offset < self.commit_log.min_offset():
+            return None
+        return self.commit_log.read_record(physical_offset)
+
+    def query_messages(
+        self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int
+    ) -> QueryResult:
+        """See ``MessageStore.query_messages``; empty when the index is off."""
+        if self.index is None:
+            return QueryResult([], 0, 0)
+        offsets = self.index.query(topic, key, max_count, begin_ms, end_ms)
+        records = [
+            record for record in map(self.read_message, offsets) if record is not None
+        ]
+        return QueryResult(
+            records,
+            self.index.last_update_timestamp_ms,
+            max(0, self.index.last_update_physical_offset),
+        )
+
+    def commit_log_min_offset(self) -> int:
+        """The first physical offset still stored."""
+        return self.commit_log.min_offset()
+
+    def commit_log_max_offset(self) -> int:
+        """The physical offset the next record goes to."""
+        return self.commit_log.max_offset()
+
+    # -- maintenance ----------------------------------------------------------------------------
+
+    def delete_topic(self, topic: str) -> None:
+        """Forget the topic's consume queues; its queues restart at offset 0."""
+        with self._append_lock:
+            self.queues.remove_topic(topic)
+
+    def truncate(self, physical_offset: int) -> None:
+        """Cut the commit log at ``physical_offset`` and the queue entries pointing past it."""
+        with self._append_lock:
+            self.commit_log.truncate(physical_offset)
+            for queue in self.queues.all():
+                queue.truncate_from_physical(physical_offset)
+
+    def run_retention(self, now_ms: int, disk_used_ratio: float | None = None) -> int:
+        """See ``MessageStore.run_retention`` and retention.py."""
+        if self._closed:
+            return 0
+        ratio = self._disk_used_ratio() if disk_used_ratio is None else disk_used_ratio
+        with self._append_lock:
+            count = self._retention.segments_to_delete(self.commit_log.queue.files, now_ms, ratio)
+            if count == 0:
+                return 0
+            deleted = self.commit_log.queue.delete_first_files(count)
+            commit_log_min = self.commit_log.min_offset()
+            for queue in self.queues.all():
+                queue.delete_files_below(commit_log_min)
+                queue.correct_min_offset(commit_log_min)
+        for segment in deleted:
+            logger.info("retention deleted commit-log segment %s", segment.describe())
+        if self.index is not None:
+            self.index.delete_files_below(commit_log_min)
+        return len(deleted)
+
+    def _disk_used_ratio(self) -> float:
+        return 0.0
+
+    def flush(self) -> None:
+        """Sync the commit log, the consume queues and the index."""
+        self.commit_log.flush()
+        for queue in self.queues.all():
+            queue.flush()
+        if self.index is not None:
+            self.index.flush()
+
+    def close(self) -> None:
+        """Stop taking writes and release the parts."""
+        with self._append_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.queues.close()
+        self.commit_log.close()
+        if self.index is not None:
+            self.index.close()
