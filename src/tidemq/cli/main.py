@@ -13,6 +13,8 @@ _COMMANDS = {
     "namesrv": "tidemq.cli.server_commands:namesrv",
     "broker": "tidemq.cli.server_commands:broker",
     "dev": "tidemq.cli.server_commands:dev",
+    "admin": "tidemq.cli.admin_command:admin",
+    "bench": "tidemq.cli.bench_command:bench",
 }
 
 

@@ -1,0 +1,304 @@
+"""The broker's admin requests (mqadmin's and slaves'), served as the default processor.
+
+Every request code that no other processor registered lands here; codes this module does not
+know are answered REQUEST_CODE_NOT_SUPPORTED with RocketMQ's remark
+``" request type <code> not supported"`` (protocol-notes §1.5).
+
+Served (protocol-notes §4.16, §5.5, §10.6):
+
+- UPDATE_AND_CREATE_TOPIC (17): create or change a topic, then register with the name
+  servers before answering, so a route lookup right after sees it;
+- DELETE_TOPIC_IN_BROKER (215): forget the topic, its consume queues and its offsets;
+- GET_ALL_TOPIC_CONFIG (21): the topics.json content (TopicConfigSerializeWrapper);
+- GET_BROKER_RUNTIME_INFO (28): KVTable of statistics (``runtime_info``);
+- GET_TOPIC_STATS_INFO (202): TopicStatsTable, min/max offset and last store time per queue;
+- GET_CONSUME_STATS (208): ConsumeStats of a group, broker and consumer offset per queue;
+- GET_BROKER_CONFIG (26): the broker's settings as properties text;
+- GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_ALL_DELAY_OFFSET
+  (45): the config files' content (what a slave copies);
+- UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), DELETE_SUBSCRIPTIONGROUP (207).
+
+Maps keyed by MessageQueue are written the fastjson way, with a JSON object as the key
+(protocol-notes §5): a Java admin tool cannot read them otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from tidemq.broker.config import (
+    TOPIC_QUEUE_NUMS_MAX,
+    BrokerRole,
+    config_properties,
+    properties_text,
+)
+from tidemq.broker.runtime_info import runtime_info
+from tidemq.broker.topic_config_manager import TOPIC_FILTER_TYPES, TopicConfig
+from tidemq.errors import HeaderFieldError, RemoteProtocolError
+from tidemq.limits import topic_name_problem
+from tidemq.protocol import jsonx
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.command import RemotingCommand
+from tidemq.protocol.headers import (
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+)
+from tidemq.protocol.message import POSITION_SYSFLAG, store_timestamp_position
+from tidemq.store.config_tables import SubscriptionGroupConfig
+from tidemq.store.interface import GetStatus
+
+if TYPE_CHECKING:
+    from tidemq.broker.controller import BrokerController
+    from tidemq.remoting.connection import Connection
+    from tidemq.remoting.server import RemotingServer
+
+log = logging.getLogger("tidemq.broker")
+
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+
+# Largest record read to learn one message's store time: the whole record comes back, and
+# a record is at most maxMessageSize plus its header and properties.
+_ONE_RECORD_BYTES_MAX = 8 * 1024 * 1024
+
+AdminHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand]]
+
+
+class AdminProcessor:
+    """Serves the admin request codes of one broker; the server's default processor."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self._broker = broker
+        self._handlers: dict[int, AdminHandler] = {
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self._update_and_create_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: self._delete_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self._get_all_topic_config,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self._get_broker_runtime_info,
+            RequestCode.GET_TOPIC_STATS_INFO: self._get_topic_stats_info,
+            RequestCode.GET_CONSUME_STATS: self._get_consume_stats,
+            RequestCode.GET_BROKER_CONFIG: self._get_broker_config,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self._get_all_consumer_offset,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self._get_all_subscription_group,
+            RequestCode.GET_ALL_DELAY_OFFSET: self._get_all_delay_offset,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self._update_subscription_group,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self._delete_subscription_group,
+        }
+
+    @property
+    def codes(self) -> list[int]:
+        """The request codes this processor serves."""
+        return list(self._handlers)
+
+    def register(self, server: RemotingServer) -> None:
+        """Make this processor the server's default (every code without its own handler)."""
+        server.register_default(self.handle)
+
+    async def handle(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        """Answer one admin request; unknown codes get REQUEST_CODE_NOT_SUPPORTED."""
+        handler = self._handlers.get(request.code)
+        if handler is None:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f" request type {request.code} not supported",
+            )
+        try:
+            return await handler(request)
+        except HeaderFieldError as exc:
+            return _error(request, ResponseCode.SYSTEM_ERROR, str(exc))
+
+    # -- topics ----------------------------------------------------------------------------
+
+    async def _update_and_create_topic(self, request: RemotingCommand) -> RemotingCommand:
+        header = CreateTopicRequestHeader.from_ext_fields(request.ext_fields)
+        broker = self._broker
+        topic = header.topic
+        problem = (
+            topic_name_problem(topic)
+            or self._system_topic_problem(topic, "created")
+            or _queue_nums_problem("readQueueNums", header.read_queue_nums)
+            or _queue_nums_problem("writeQueueNums", header.write_queue_nums)
+        )
+        if problem is None and not 0 <= header.perm <= 0xF:
+            problem = f"perm {header.perm} is not a permission (6 = read+write, 4 = read only)"
+        if problem is None and header.topic_filter_type not in TOPIC_FILTER_TYPES:
+            problem = (
+                f"topicFilterType {header.topic_filter_type!r} is not one of "
+                f"{', '.join(TOPIC_FILTER_TYPES)}"
+            )
+        if problem is None and broker.config.broker_role is BrokerRole.SLAVE:
+            problem = (
+                f"broker {broker.config.broker_name} at {broker.broker_address} is a slave; "
+                "create topics on its master"
+            )
+        if problem is not None:
+            return _error(request, ResponseCode.SYSTEM_ERROR, f"cannot create topic: {problem}")
+        topic_config = TopicConfig(
+            topic_name=topic,
+            read_queue_nums=header.read_queue_nums,
+            write_queue_nums=header.write_queue_nums,
+            perm=header.perm,
+            topic_filter_type=header.topic_filter_type,
+            topic_sys_flag=header.topic_sys_flag or 0,
+            order=header.order,
+        )
+        broker.topic_config_manager.update(topic_config)
+        log.info("topic %s created or updated by an admin request: %s", topic, topic_config)
+        await broker.register_with_name_servers()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def _delete_topic(self, request: RemotingCommand) -> RemotingCommand:
+        header = DeleteTopicRequestHeader.from_ext_fields(request.ext_fields)
+        topic = header.topic
+        problem = topic_name_problem(topic) or self._system_topic_problem(topic, "deleted")
+        if problem is not None:
+            return _error(request, ResponseCode.SYSTEM_ERROR, f"cannot delete topic: {problem}")
+        self._broker.delete_topic(topic)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def _get_all_topic_config(self, request: RemotingCommand) -> RemotingCommand:
+        body = self._broker.topic_config_manager.to_json()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def _get_topic_stats_info(self, request: RemotingCommand) -> RemotingCommand:
+        header = GetTopicStatsInfoRequestHeader.from_ext_fields(request.ext_fields)
+        broker = self._broker
+        topic = header.topic
+        topic_config = broker.topic_config_manager.get(topic)
+        if topic_config is None:
+            return _error(
+                request,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic {topic} does not exist on broker {broker.config.broker_name}",
+            )
+        store = broker.store
+        offset_table: dict[Any, dict[str, int]] = {}
+        for queue_id in range(topic_config.write_queue_nums):
+            min_offset = max(store.min_offset(topic, queue_id), 0)
+            max_offset = max(store.max_offset(topic, queue_id), 0)
+            last_update = self._store_time_at(topic, queue_id, max_offset - 1)
+            offset_table[self._message_queue(topic, queue_id)] = {
+                "lastUpdateTimestamp": last_update,
+                "maxOffset": max_offset,
+                "minOffset": min_offset,
+            }
+        body = jsonx.dumps({"offsetTable": offset_table})
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    # -- consumption -----------------------------------------------------------------------
+
+    async def _get_consume_stats(self, request: RemotingCommand) -> RemotingCommand:
+        header = GetConsumeStatsRequestHeader.from_ext_fields(request.ext_fields)
+        broker = self._broker
+        group = header.consumer_group
+        offsets = broker.consumer_offset_manager
+        topics = [header.topic] if header.topic else sorted(offsets.topics_of_group(group))
+        offset_table: dict[Any, dict[str, int]] = {}
+        for topic in topics:
+            topic_config = broker.topic_config_manager.get(topic)
+            if topic_config is None:
+                continue
+            for queue_id in range(topic_config.write_queue_nums):
+                broker_offset = max(broker.store.max_offset(topic, queue_id), 0)
+                consumer_offset = offsets.query_offset(group, topic, queue_id)
+                if consumer_offset is None or consumer_offset < 0:
+                    consumer_offset = 0
+                offset_table[self._message_queue(topic, queue_id)] = {
+                    "brokerOffset": broker_offset,
+                    "consumerOffset": consumer_offset,
+                    "lastTimestamp": self._store_time_at(topic, queue_id, consumer_offset - 1),
+                }
+        # consumeTps: tidemq does not count pulls per group yet; 0.0 says "unknown" to mqadmin.
+        body = jsonx.dumps({"consumeTps": 0.0, "offsetTable": offset_table})
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def _get_all_consumer_offset(self, request: RemotingCommand) -> RemotingCommand:
+        body = self._broker.consumer_offset_manager.to_json()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def _get_all_subscription_group(self, request: RemotingCommand) -> RemotingCommand:
+        body = self._broker.subscription_group_manager.to_json()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def _get_all_delay_offset(self, request: RemotingCommand) -> RemotingCommand:
+        body = self._broker.delay_offset_json()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def _update_subscription_group(self, request: RemotingCommand) -> RemotingCommand:
+        try:
+            document = jsonx.loads(request.body or b"")
+            if not isinstance(document, dict):
+                raise RemoteProtocolError("the body is not a JSON object")
+            group_config = SubscriptionGroupConfig.from_json_object(document)
+        except (RemoteProtocolError, KeyError, TypeError, ValueError) as exc:
+            return _error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"UPDATE_AND_CREATE_SUBSCRIPTIONGROUP body is not a SubscriptionGroupConfig "
+                f"JSON object with a groupName: {exc}",
+            )
+        self._broker.subscription_group_manager.update_subscription_group_config(group_config)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def _delete_subscription_group(self, request: RemotingCommand) -> RemotingCommand:
+        header = DeleteSubscriptionGroupRequestHeader.from_ext_fields(request.ext_fields)
+        broker = self._broker
+        broker.subscription_group_manager.delete_subscription_group_config(header.group_name)
+        if header.remove_offset:
+            broker.consumer_offset_manager.remove_group(header.group_name)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    # -- broker ----------------------------------------------------------------------------
+
+    async def _get_broker_runtime_info(self, request: RemotingCommand) -> RemotingCommand:
+        body = jsonx.dumps({"table": runtime_info(self._broker)})
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def _get_broker_config(self, request: RemotingCommand) -> RemotingCommand:
+        broker = self._broker
+        text = properties_text(config_properties(broker.store_config, broker.config))
+        version = jsonx.dumps({"counter": 0, "timestamp": broker.stats.boot_timestamp_ms})
+        return RemotingCommand.response_to(
+            request,
+            ResponseCode.SUCCESS,
+            ext_fields={"version": version.decode()},
+            body=text.encode("utf-8"),
+        )
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _system_topic_problem(self, topic: str, verb: str) -> str | None:
+        if self._broker.topic_config_manager.is_system_topic(topic):
+            return f"{topic} is a system topic the broker manages itself; it cannot be {verb}"
+        return None
+
+    def _message_queue(self, topic: str, queue_id: int) -> jsonx.JsonObjectKey:
+        return jsonx.JsonObjectKey(
+            {"brokerName": self._broker.config.broker_name, "queueId": queue_id, "topic": topic}
+        )
+
+    def _store_time_at(self, topic: str, queue_id: int, offset: int) -> int:
+        """Store time (ms) of the message at ``offset`` of a queue; 0 when there is none."""
+        if offset < 0:
+            return 0
+        result = self._broker.store.get_messages(topic, queue_id, offset, 1, _ONE_RECORD_BYTES_MAX)
+        if result.status is not GetStatus.FOUND or len(result.body) < 64:
+            return 0
+        sysflag = _INT32.unpack_from(result.body, POSITION_SYSFLAG)[0]
+        return _INT64.unpack_from(result.body, store_timestamp_position(sysflag))[0]
+
+
+def _error(request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+    return RemotingCommand.response_to(request, code, remark)
+
+
+def _queue_nums_problem(key: str, value: int) -> str | None:
+    if not 1 <= value <= TOPIC_QUEUE_NUMS_MAX:
+        return f"{key} is {value}; give a number from 1 to {TOPIC_QUEUE_NUMS_MAX}"
+    return None

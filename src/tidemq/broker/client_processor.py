@@ -1,0 +1,362 @@
+"""Client bookkeeping requests: HEART_BEAT (34), UNREGISTER_CLIENT (35),
+GET_CONSUMER_LIST_BY_GROUP (38), CHECK_CLIENT_CONFIG (46), GET_CONSUMER_CONNECTION_LIST (203)
+and GET_PRODUCER_CONNECTION_LIST (204).
+
+HEART_BEAT's body is HeartbeatData JSON (protocol-notes §5.1). Real clients differ in it, so it
+is read tolerantly:
+
+- Java writes enums by name; the C++ 1.x client writes them as integers (consumeType 1,
+  messageModel 1, consumeFromWhere 0), which are mapped to the names;
+- the C++ 1.x client sends ``codeSet:[0]`` whatever its tags: tag codes are always
+  recomputed here from ``tagsSet`` (or ``subString``) with Java's String.hashCode;
+- ``subVersion`` may be a number or a string of digits; absent fields take their defaults
+  (no ``producerDataSet``, no ``classFilterMode``, ...).
+
+For each consumer group the heartbeat auto-creates the subscription group (when allowed),
+creates its retry topic ``%RETRY%<group>`` and registers the connection and subscriptions;
+members are told of changes by NOTIFY_CONSUMER_IDS_CHANGED (see ``client_manager``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tidemq.broker.client_manager import (
+    EXPRESSION_TYPE_SQL92,
+    EXPRESSION_TYPE_TAG,
+    ClientChannel,
+    SubscriptionData,
+    build_subscription,
+    consume_from_where_name,
+    consume_type_name,
+    message_model_name,
+)
+from tidemq.broker.config import PERM_READ, PERM_WRITE
+from tidemq.errors import HeaderFieldError, RemoteProtocolError
+from tidemq.limits import topic_name_problem
+from tidemq.protocol import jsonx
+from tidemq.protocol.codes import LanguageCode, ResponseCode
+from tidemq.protocol.command import RemotingCommand
+from tidemq.protocol.headers import (
+    GetConsumerConnectionListRequestHeader,
+    GetConsumerListByGroupRequestHeader,
+    GetProducerConnectionListRequestHeader,
+    UnregisterClientRequestHeader,
+)
+
+if TYPE_CHECKING:
+    from tidemq.broker.consumption import ConsumptionServices
+    from tidemq.remoting.connection import Connection
+
+log = logging.getLogger("tidemq.broker")
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+TOPIC_SYS_FLAG_UNIT_SUB = 0x2  # TopicSysFlag: the retry topic of a unit-mode consumer
+
+# A heartbeat lists one entry per group and topic of one client; thousands is already absurd.
+HEARTBEAT_GROUPS_MAX = 10_000
+
+
+def retry_topic(group: str) -> str:
+    """The retry topic of a consumer group: ``%RETRY%<group>``."""
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+# -- HeartbeatData ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ConsumerData:
+    """One consumer group of a heartbeat."""
+
+    group: str
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    subscriptions: list[SubscriptionData] = field(default_factory=list)
+    unit_mode: bool = False
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    """A decoded HeartbeatData body."""
+
+    client_id: str
+    consumers: list[ConsumerData] = field(default_factory=list)
+    producer_groups: list[str] = field(default_factory=list)
+
+
+def decode_heartbeat(body: bytes | None) -> Heartbeat:
+    """Parse a HeartbeatData body, tolerating the differences of real clients.
+
+    Raises:
+        RemoteProtocolError: the body is missing or not JSON, is not an object, lacks
+            ``clientID``, or a list field is not a list; the message names the field.
+    """
+    if not body:
+        raise RemoteProtocolError("HEART_BEAT has no body; expected HeartbeatData JSON")
+    try:
+        document = jsonx.loads(body)
+    except jsonx.JsonDecodeError as e:
+        raise RemoteProtocolError(f"HEART_BEAT body is not HeartbeatData JSON: {e}") from None
+    if not isinstance(document, dict):
+        raise RemoteProtocolError("HEART_BEAT body is not a JSON object (HeartbeatData)")
+    client_id = document.get("clientID")
+    if not isinstance(client_id, str) or not client_id:
+        raise RemoteProtocolError(
+            f"HEART_BEAT body field clientID is {client_id!r}; expected the client's id"
+        )
+    heartbeat = Heartbeat(client_id)
+    for entry in _list_field(document, "consumerDataSet"):
+        if not isinstance(entry, dict):
+            raise RemoteProtocolError("HEART_BEAT consumerDataSet entry is not an object")
+        group = entry.get("groupName")
+        if not isinstance(group, str) or not group:
+            log.warning("heartbeat of %s has a consumer entry without groupName; ignored",
+                        client_id)
+            continue
+        heartbeat.consumers.append(ConsumerData(
+            group=group,
+            consume_type=consume_type_name(entry.get("consumeType")),
+            message_model=message_model_name(entry.get("messageModel")),
+            consume_from_where=consume_from_where_name(entry.get("consumeFromWhere")),
+            subscriptions=[
+                decode_subscription(item)
+                for item in _list_field(entry, "subscriptionDataSet")
+            ],
+            unit_mode=entry.get("unitMode") is True,
+        ))
+    for entry in _list_field(document, "producerDataSet"):
+        group = entry.get("groupName") if isinstance(entry, dict) else None
+        if isinstance(group, str) and group:
+            heartbeat.producer_groups.append(group)
+    if len(heartbeat.consumers) + len(heartbeat.producer_groups) > HEARTBEAT_GROUPS_MAX:
+        raise RemoteProtocolError(
+            f"HEART_BEAT lists more than {HEARTBEAT_GROUPS_MAX} groups; one client has a few"
+        )
+    return heartbeat
+
+
+def decode_subscription(item: Any) -> SubscriptionData:
+    """One SubscriptionData object of a heartbeat or CHECK_CLIENT_CONFIG body.
+
+    Raises:
+        RemoteProtocolError: not an object, or no topic.
+    """
+    if not isinstance(item, dict):
+        raise RemoteProtocolError(f"subscription entry {item!r:.100} is not an object")
+    topic = item.get("topic")
+    if not isinstance(topic, str) or not topic:
+        raise RemoteProtocolError(f"subscription entry {item!r:.100} has no topic")
+    expression = item.get("subString")
+    tags = item.get("tagsSet")
+    return build_subscription(
+        topic,
+        expression if isinstance(expression, str) else None,
+        item.get("expressionType") if isinstance(item.get("expressionType"), str) else None,
+        _as_int(item.get("subVersion")),
+        tags if isinstance(tags, list) else None,
+    )
+
+
+def _list_field(document: dict[str, Any], name: str) -> list[Any]:
+    value = document.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise RemoteProtocolError(f"body field {name} is not a list")
+    return value
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return 0
+
+
+def _language_name(code: int) -> str:
+    try:
+        return LanguageCode(code).name
+    except ValueError:
+        return LanguageCode.OTHER.name
+
+
+# -- the processor --------------------------------------------------------------------------------
+
+
+class ClientManageProcessor:
+    """Serves the client bookkeeping requests for a broker's ``ConsumptionServices``."""
+
+    def __init__(self, services: ConsumptionServices) -> None:
+        self._services = services
+        self._broker = services.broker
+
+    async def heart_beat(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        """HEART_BEAT: register the client's consumer and producer groups."""
+        try:
+            heartbeat = decode_heartbeat(request.body)
+        except RemoteProtocolError as e:
+            return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
+        services = self._services
+        config = self._broker.config
+        now = services.clock_ms()
+        language = _language_name(request.language)
+        group_manager = services.subscription_group_manager
+        for consumer in heartbeat.consumers:
+            group = consumer.group
+            retry = retry_topic(group)
+            problem = topic_name_problem(retry)
+            if problem is not None:
+                return _error(
+                    request, ResponseCode.SYSTEM_ERROR,
+                    f"consumer group {group!r} cannot be served: its retry topic breaks the "
+                    f"topic name rules ({problem}); rename the group",
+                )
+            group_config = group_manager.find_subscription_group_config(group)
+            notify = True
+            if group_config is not None:
+                notify = group_config.notify_consumer_ids_changed_enable
+                self._broker.topic_config_manager.create_topic_for_send_back(
+                    retry, group_config.retry_queue_nums, PERM_READ | PERM_WRITE,
+                    TOPIC_SYS_FLAG_UNIT_SUB if consumer.unit_mode else 0,
+                )
+            services.consumer_manager.register(
+                group,
+                ClientChannel(connection, heartbeat.client_id, language, request.version, now),
+                consume_type=consumer.consume_type,
+                message_model=consumer.message_model,
+                consume_from_where=consumer.consume_from_where,
+                subscriptions=consumer.subscriptions,
+                notify=notify and config.notify_consumer_ids_changed_enable,
+            )
+        for group in heartbeat.producer_groups:
+            services.producer_manager.register(
+                group,
+                ClientChannel(connection, heartbeat.client_id, language, request.version, now),
+            )
+        services.watch_connection(connection)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def unregister_client(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """UNREGISTER_CLIENT: the client leaves its producer and/or consumer group."""
+        try:
+            header = UnregisterClientRequestHeader.from_ext_fields(request.ext_fields)
+        except HeaderFieldError as e:
+            return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
+        services = self._services
+        if header.producer_group:
+            services.producer_manager.unregister(header.producer_group, connection)
+        if header.consumer_group:
+            group_config = services.subscription_group_manager.get(header.consumer_group)
+            notify = group_config is None or group_config.notify_consumer_ids_changed_enable
+            services.consumer_manager.unregister(
+                header.consumer_group, connection,
+                notify=notify and self._broker.config.notify_consumer_ids_changed_enable,
+            )
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def get_consumer_list_by_group(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """GET_CONSUMER_LIST_BY_GROUP: the client ids of the group's live members."""
+        try:
+            header = GetConsumerListByGroupRequestHeader.from_ext_fields(request.ext_fields)
+        except HeaderFieldError as e:
+            return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
+        group = header.consumer_group
+        info = self._services.consumer_manager.get(group)
+        client_ids = info.client_ids() if info is not None else []
+        if not client_ids:
+            return _error(request, ResponseCode.SYSTEM_ERROR,
+                          f"no consumer for this group, {group}")
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, body=jsonx.dumps({"consumerIdList": client_ids})
+        )
+
+    async def check_client_config(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG: can this broker serve the consumer's subscription (§4.17)?"""
+        try:
+            if not request.body:
+                raise RemoteProtocolError("CHECK_CLIENT_CONFIG has no body; expected "
+                                          "{clientId, group, subscriptionData}")
+            try:
+                document = jsonx.loads(request.body)
+            except jsonx.JsonDecodeError as e:
+                raise RemoteProtocolError(f"CHECK_CLIENT_CONFIG body is not JSON: {e}") from None
+            if not isinstance(document, dict):
+                raise RemoteProtocolError("CHECK_CLIENT_CONFIG body is not a JSON object")
+            raw = document.get("subscriptionData")
+            subscription = decode_subscription(raw) if raw is not None else None
+        except RemoteProtocolError as e:
+            return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
+        if subscription is None or subscription.expression_type == EXPRESSION_TYPE_TAG:
+            return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+        if subscription.expression_type != EXPRESSION_TYPE_SQL92:
+            return _error(
+                request, ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"expression type {subscription.expression_type!r} of the subscription to "
+                f"{subscription.topic} is unknown; use TAG or SQL92",
+            )
+        if not self._broker.config.enable_property_filter:
+            return _error(
+                request, ResponseCode.SYSTEM_ERROR,
+                "SQL92 filter is not enabled (set enablePropertyFilter=true)",
+            )
+        return _error(
+            request, ResponseCode.SYSTEM_ERROR,
+            f"SQL92 filtering is not supported by this broker yet (subscription to "
+            f"{subscription.topic}: {subscription.sub_string!r}); subscribe with a TAG expression",
+        )
+
+    async def get_consumer_connection_list(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """GET_CONSUMER_CONNECTION_LIST (203): the group's members and subscriptions."""
+        try:
+            header = GetConsumerConnectionListRequestHeader.from_ext_fields(request.ext_fields)
+        except HeaderFieldError as e:
+            return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
+        info = self._services.consumer_manager.get(header.consumer_group)
+        if info is None or not info.channels:
+            return _error(
+                request, ResponseCode.CONSUMER_NOT_ONLINE,
+                f"the consumer group {header.consumer_group} is not online: no member has sent "
+                "a heartbeat to this broker in the last 120 s",
+            )
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, body=jsonx.dumps(info.to_connection_json())
+        )
+
+    async def get_producer_connection_list(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """GET_PRODUCER_CONNECTION_LIST (204): the producer group's live connections."""
+        try:
+            header = GetProducerConnectionListRequestHeader.from_ext_fields(request.ext_fields)
+        except HeaderFieldError as e:
+            return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
+        channels = self._services.producer_manager.channels(header.producer_group)
+        if not channels:
+            return _error(
+                request, ResponseCode.SYSTEM_ERROR,
+                f"the producer group {header.producer_group} does not exist: no producer of it "
+                "has sent a heartbeat to this broker",
+            )
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS,
+            body=jsonx.dumps({"connectionSet": [channel.to_json() for channel in channels]}),
+        )
+
+
+def _error(request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+    return RemotingCommand.response_to(request, code, remark=remark)

@@ -1,0 +1,123 @@
+"""Consumer groups' committed offsets, kept in memory and persisted to consumerOffset.json.
+
+A consumer commits "the next offset to consume" per (group, topic, queue) with
+UPDATE_CONSUMER_OFFSET, or in a pull with the COMMIT_OFFSET flag; a consumer that starts, or
+takes a queue over in a rebalance, asks QUERY_CONSUMER_OFFSET where to begin. Commits only
+change memory (they arrive thousands of times a second); the broker writes the table to
+``<storePathRootDir>/config/consumerOffset.json`` every flushConsumerOffsetInterval (5 s)
+when it changed, and at shutdown. A crash therefore loses at most the last few seconds of
+commits, and consumers re-read those messages: at-least-once, as in RocketMQ.
+
+File shape (protocol-notes §10.6, via ``ConsumerOffsetTable``):
+``{"offsetTable":{"<topic>@<group>":{"<queueId>":<offset>,...},...}}``.
+
+Ownership: mutated on the event-loop thread only. ``snapshot_if_dirty`` is taken there;
+``write_snapshot`` may run in a worker thread with those bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from tidemq.store.config_file import ConfigFile
+from tidemq.store.config_tables import ConsumerOffsetTable
+
+log = logging.getLogger("tidemq.broker")
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSnapshot:
+    """The offsets table as file bytes, and the table version they hold."""
+
+    version: int
+    data: bytes
+
+
+class ConsumerOffsetManager:
+    """Committed offsets by (group, topic, queue id), persisted on demand.
+
+    Args:
+        path: the consumerOffset.json file (need not exist yet).
+
+    Raises:
+        ConfigFileCorrupt: the file and its .bak are both unreadable.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._file = ConfigFile(path)
+        self._table = ConsumerOffsetTable.load(self._file)
+        self._persisted_version = self._table.data_version.counter
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``group``'s next offset to consume in ``topic`` queue ``queue_id``.
+
+        Negative offsets are ignored: clients send -1 for "nothing consumed yet", and storing
+        it would only hide the queue's real start from the next QUERY_CONSUMER_OFFSET.
+        """
+        if offset < 0:
+            return
+        self._table.commit(group, topic, queue_id, offset)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The committed offset, or None when ``group`` never committed one for the queue."""
+        return self._table.query(group, topic, queue_id)
+
+    def offsets_of_group(self, group: str) -> dict[str, dict[int, int]]:
+        """topic -> queue id -> offset for every topic ``group`` committed in."""
+        return self._table.offsets_of_group(group)
+
+    def offsets_of(self, group: str, topic: str) -> dict[int, int]:
+        """queue id -> offset of ``group`` in ``topic`` (empty when none)."""
+        return self._table.offsets_of(group, topic)
+
+    def topics_of_group(self, group: str) -> set[str]:
+        """Topics ``group`` committed offsets in (GET_CONSUME_STATS without a topic)."""
+        return self._table.topics_of_group(group)
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        """Groups with committed offsets in ``topic`` (QUERY_TOPIC_CONSUME_BY_WHO)."""
+        return self._table.groups_of_topic(topic)
+
+    def remove_topic(self, topic: str) -> int:
+        """Forget every group's offsets in a deleted topic; returns the entries removed."""
+        removed = self._table.remove_topic(topic)
+        if removed:
+            log.info("removed the consumer offsets of %d groups in deleted topic %s",
+                     removed, topic)
+        return removed
+
+    def remove_group(self, group: str) -> int:
+        """Forget every offset of a deleted group; returns the topic entries removed."""
+        return self._table.remove_group(group)
+
+    def to_json(self) -> bytes:
+        """The table as compact JSON: the GET_ALL_CONSUMER_OFFSET body."""
+        return self._table.to_json()
+
+    @property
+    def dirty(self) -> bool:
+        """True when offsets changed since the last successful write."""
+        return self._table.data_version.counter != self._persisted_version
+
+    def snapshot_if_dirty(self) -> OffsetSnapshot | None:
+        """The file bytes to write now, or None when nothing changed since the last write."""
+        if not self.dirty:
+            return None
+        return OffsetSnapshot(self._table.data_version.counter, self._table.to_json(pretty=True))
+
+    def write_snapshot(self, snapshot: OffsetSnapshot) -> None:
+        """Write a snapshot atomically (may run in a worker thread).
+
+        Raises:
+            StoreFull, StoreError: the write failed; the table stays dirty for the next try.
+        """
+        self._file.save(snapshot.data)
+        self._persisted_version = snapshot.version
+
+    def persist(self) -> None:
+        """Write the table now if it changed (on the calling thread)."""
+        snapshot = self.snapshot_if_dirty()
+        if snapshot is not None:
+            self.write_snapshot(snapshot)

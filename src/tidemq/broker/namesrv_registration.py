@@ -1,0 +1,212 @@
+"""Keeping the name servers told about this broker: REGISTER_BROKER / UNREGISTER_BROKER.
+
+A broker registers with every configured name server (protocol-notes §4.11, §11.5):
+
+- once when it starts, before it is announced as started;
+- every ``registerNameServerPeriod`` (30 s, clamped to 10-60 s): a name server drops a broker
+  it has not heard from for 120 s;
+- at once when its topic table changes (a topic created by a send or by an admin, deleted),
+  so producers and consumers see the change within their next route refresh.
+
+One registration round sends REGISTER_BROKER to all name servers concurrently, each with its
+own timeout (``registerBrokerTimeoutMills``), so a name server that is down or slow delays
+nobody else. Failures are logged once per change of state per name server (up -> down,
+down -> up), not every period.
+
+Request: extFields brokerName, brokerAddr, clusterName, haServerAddr, brokerId, compressed
+(false) and bodyCrc32 (CRC32 of the body, masked to 31 bits); body RegisterBrokerBody JSON::
+
+    {"filterServerList":[],"topicConfigSerializeWrapper":{"dataVersion":{...},
+     "topicConfigTable":{"<topic>":TopicConfig,...}}}
+
+Rounds never overlap: triggers that arrive during a round are folded into one more round
+after it. Owner: the event loop (one task runs every round).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import zlib
+from typing import TYPE_CHECKING
+
+from tidemq.broker.config import PERM_READ, PERM_WRITE
+from tidemq.protocol import jsonx
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.command import RemotingCommand
+from tidemq.protocol.headers import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
+from tidemq.remoting.client import RemotingClient
+from tidemq.remoting.errors import RemotingError
+
+if TYPE_CHECKING:
+    from tidemq.broker.controller import BrokerController
+
+log = logging.getLogger("tidemq.broker")
+
+
+class NameServerRegistration:
+    """Registers ``broker`` with its name servers at start, periodically and on demand.
+
+    Args:
+        broker: the controller whose config, address and topic table are registered.
+        client: the remoting client used to reach the name servers.
+    """
+
+    def __init__(self, broker: BrokerController, client: RemotingClient) -> None:
+        self._broker = broker
+        self._client = client
+        self._wake = asyncio.Event()
+        self._round_lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        # Per name server: True after a success, False after a failure (None = not tried).
+        self._reachable: dict[str, bool | None] = {}
+        self.rounds_completed = 0
+
+    @property
+    def namesrv_addresses(self) -> list[str]:
+        """The name servers registered with, from ``namesrvAddr``."""
+        return self._broker.config.namesrv_addresses
+
+    async def start(self) -> None:
+        """Register once (waiting for the round), then keep registering in the background."""
+        if not self.namesrv_addresses:
+            log.info(
+                "broker %s has no name server to register with (namesrvAddr is not set)",
+                self._broker.config.broker_name,
+            )
+            return
+        await self.register_all()
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name="tidemq-namesrv-registration"
+        )
+
+    def trigger(self) -> None:
+        """Ask for a registration round soon (the topic table changed). Never blocks."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop the periodic task (a round in progress is cancelled)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        period_s = self._broker.config.register_period_ms / 1000
+        while True:
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
+            # that arrives as the event is set, and stop() would wait forever.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(period_s):
+                    await self._wake.wait()
+            try:
+                await self.register_all()
+            except Exception:  # a bug here must not end registration for good
+                log.exception("name-server registration round failed")
+
+    # -- one round -------------------------------------------------------------------------
+
+    def register_body(self) -> bytes:
+        """The RegisterBrokerBody JSON of the broker's current topic table.
+
+        A broker whose brokerPermission is not read-write (4 = read-only, 2 = write-only)
+        registers every topic with that permission, as RocketMQ does, so clients stop
+        writing to (or reading from) it.
+        """
+        wrapper = self._broker.topic_config_manager.serialize_wrapper()
+        broker_permission = self._broker.config.broker_permission
+        if broker_permission & (PERM_READ | PERM_WRITE) != PERM_READ | PERM_WRITE:
+            for topic_config in wrapper["topicConfigTable"].values():
+                topic_config["perm"] = broker_permission
+        return jsonx.dumps({"filterServerList": [], "topicConfigSerializeWrapper": wrapper})
+
+    async def register_all(self) -> dict[str, bool]:
+        """Send REGISTER_BROKER to every name server at once and wait for all answers.
+
+        Returns:
+            ``{name server: registered?}``; failures are logged (once per state change),
+            never raised.
+        """
+        addresses = self.namesrv_addresses
+        if not addresses:
+            self._wake.clear()
+            return {}
+        async with self._round_lock:
+            # Cleared right before the body is built: this round carries every change made
+            # so far, and a change made from here on sets the event again.
+            self._wake.clear()
+            return await self._register_round(addresses)
+
+    async def _register_round(self, addresses: list[str]) -> dict[str, bool]:
+        body = self.register_body()
+        config = self._broker.config
+        header = RegisterBrokerRequestHeader(
+            broker_name=config.broker_name,
+            broker_addr=self._broker.broker_address,
+            cluster_name=config.broker_cluster_name,
+            ha_server_addr=self._broker.ha_server_address,
+            broker_id=config.broker_id,
+            compressed=False,
+            body_crc32=zlib.crc32(body) & 0x7FFFFFFF,
+        )
+        ext_fields = header.to_ext_fields()
+        results = await asyncio.gather(
+            *(self._register_one(address, ext_fields, body) for address in addresses)
+        )
+        self.rounds_completed += 1
+        return dict(zip(addresses, results, strict=True))
+
+    async def _register_one(self, address: str, ext_fields: dict[str, str], body: bytes) -> bool:
+        request = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext_fields, body)
+        timeout_ms = self._broker.config.register_broker_timeout_ms
+        try:
+            response = await self._client.invoke(address, request, timeout_ms)
+        except RemotingError as exc:
+            self._note(address, False, str(exc))
+            return False
+        if response.code != ResponseCode.SUCCESS:
+            self._note(address, False, f"it answered code {response.code}: {response.remark or ''}")
+            return False
+        self._note(address, True, "")
+        return True
+
+    def _note(self, address: str, reachable: bool, problem: str) -> None:
+        before = self._reachable.get(address)
+        self._reachable[address] = reachable
+        if reachable and before is not True:
+            log.info(
+                "broker %s registered with name server %s%s",
+                self._broker.config.broker_name,
+                address,
+                " again" if before is False else "",
+            )
+        elif not reachable and before is not False:
+            log.warning(
+                "broker %s could not register with name server %s: %s; retrying every %d s "
+                "(check namesrvAddr and that the name server runs)",
+                self._broker.config.broker_name,
+                address,
+                problem,
+                self._broker.config.register_period_ms // 1000,
+            )
+
+    async def unregister_all(self) -> None:
+        """Send UNREGISTER_BROKER to every name server at once (at shutdown); never raises."""
+        config = self._broker.config
+        ext_fields = UnregisterBrokerRequestHeader(
+            broker_name=config.broker_name,
+            broker_addr=self._broker.broker_address,
+            cluster_name=config.broker_cluster_name,
+            broker_id=config.broker_id,
+        ).to_ext_fields()
+
+        async def unregister_one(address: str) -> None:
+            request = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, ext_fields)
+            try:
+                await self._client.invoke(address, request, config.register_broker_timeout_ms)
+            except RemotingError as exc:
+                log.info("could not unregister from name server %s: %s", address, exc)
+
+        await asyncio.gather(*(unregister_one(a) for a in self.namesrv_addresses))

@@ -1,0 +1,282 @@
+"""Long polling: pull requests parked until a message arrives for their queue or time runs out.
+
+Theory of operation
+-------------------
+A consumer pulls with the SUSPEND flag (protocol-notes §4.4). When its queue has nothing new
+(PULL_NOT_FOUND), the pull processor parks the request here under the key ``topic@queueId``
+instead of answering, for ``suspendTimeoutMillis`` (long polling) or ``shortPollingTimeMills``
+(short polling). A parked request is answered
+
+- soon after a message for its queue is dispatched: the store calls
+  ``on_message_dispatched`` (on whatever thread appended), which records the queue's new max
+  offset and schedules one pass over the woken keys on the event loop, so a burst of
+  appends costs one pass. The pass re-runs each parked pull whose offset is below the new
+  max; if the re-run found messages (or anything else worth saying) it is answered, and if
+  nothing matched its filter yet it stays parked;
+- at its deadline (one loop timer per request), with whatever a final re-run says, usually
+  PULL_NOT_FOUND;
+- never, when its connection closed meanwhile: it is dropped.
+
+A periodic re-check (every 5 s under long polling) re-runs parked pulls whose queue has grown
+without a notification reaching us, the same safety net RocketMQ's hold service has.
+
+The number of parked requests is bounded (``PULL_REQUESTS_PARKED_MAX``): past it the
+processor answers SYSTEM_BUSY rather than holding more.
+
+Everything but ``on_message_dispatched`` runs on the broker's event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tidemq.protocol.codes import ResponseCode
+from tidemq.protocol.command import RemotingCommand
+from tidemq.remoting.dispatch import describe_exception
+
+if TYPE_CHECKING:
+    from tidemq.remoting.connection import Connection
+    from tidemq.store.interface import MessageStore
+
+log = logging.getLogger("tidemq.broker")
+
+# RocketMQ bounds pending pulls by its pull thread pool queue (pullThreadPoolQueueCapacity,
+# 100,000); a parked request costs about a kilobyte here, so this caps them near 100 MiB.
+PULL_REQUESTS_PARKED_MAX = 100_000
+
+# RocketMQ's PullRequestHoldService waits 5 s between checks under long polling.
+LONG_POLLING_RECHECK_INTERVAL_MS = 5_000
+
+_CONNECTION_ATTRIBUTE = "tidemq.broker.parked_pulls"
+
+
+class PullMode(enum.Enum):
+    """Why the pull processor runs a request."""
+
+    FIRST = "first"  # as it arrived: may park it, commits the offset
+    WAKE = "wake"  # re-run after an arrival: answer only if there is something to say
+    FINAL = "final"  # the deadline passed: answer whatever the queue says now
+
+
+# (request, connection, mode) -> the response, or None: parked (FIRST) / keep waiting (WAKE).
+PullExecutor = Callable[["RemotingCommand", "Connection", PullMode], "RemotingCommand | None"]
+
+
+@dataclass(slots=True, eq=False)
+class ParkedPull:
+    """One suspended pull request."""
+
+    request: RemotingCommand
+    connection: Connection
+    topic: str
+    queue_id: int
+    queue_offset: int
+    deadline: float  # event-loop time
+    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+
+    @property
+    def key(self) -> str:
+        """``topic@queueId``, RocketMQ's key for the queue's waiters."""
+        return f"{self.topic}@{self.queue_id}"
+
+
+class PullRequestHoldService:
+    """Parks pull requests and answers them on message arrival or at their deadline.
+
+    Args:
+        store: read for the queues' max offsets on park and on the periodic re-check.
+        executor: re-runs a parked request (the pull processor).
+        recheck_interval_ms: period of the safety-net re-check.
+        parked_max: most requests parked at once.
+    """
+
+    def __init__(
+        self,
+        store: MessageStore,
+        executor: PullExecutor,
+        *,
+        recheck_interval_ms: int = LONG_POLLING_RECHECK_INTERVAL_MS,
+        parked_max: int = PULL_REQUESTS_PARKED_MAX,
+    ) -> None:
+        self._store = store
+        self._executor = executor
+        self._recheck_interval_ms = recheck_interval_ms
+        self.parked_max = parked_max  # public: an operator or a test may lower it live
+        self._parked: dict[str, list[ParkedPull]] = {}
+        self._parked_count = 0
+        self._arrivals: dict[str, int] = {}
+        self._pass_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._recheck_task: asyncio.Task[None] | None = None
+        self._running = False
+
+    @property
+    def parked_count(self) -> int:
+        """Requests parked now."""
+        return self._parked_count
+
+    async def start(self) -> None:
+        """Bind to the running loop and start the periodic re-check."""
+        self._bind_loop()
+        self._running = True
+        self._recheck_task = asyncio.get_running_loop().create_task(self._recheck_forever())
+
+    async def stop(self) -> None:
+        """Stop re-checking and answer every parked request with a final pull."""
+        self._running = False
+        if self._recheck_task is not None:
+            self._recheck_task.cancel()
+            await asyncio.gather(self._recheck_task, return_exceptions=True)
+            self._recheck_task = None
+        for waiters in list(self._parked.values()):
+            for parked in list(waiters):
+                self._finish(parked, PullMode.FINAL)
+
+    def park(
+        self,
+        request: RemotingCommand,
+        connection: Connection,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        timeout_ms: int,
+    ) -> bool:
+        """Hold ``request`` until a message arrives after ``queue_offset`` or ``timeout_ms``.
+
+        Returns:
+            False when ``parked_max`` requests are already parked (the caller answers
+            SYSTEM_BUSY); True when parked.
+        """
+        if connection.is_closing:
+            return True  # nobody to answer: drop it, as a close would have
+        if self._parked_count >= self.parked_max:
+            return False
+        loop = self._bind_loop()
+        parked = ParkedPull(
+            request, connection, topic, queue_id, queue_offset,
+            deadline=loop.time() + max(timeout_ms, 0) / 1000,
+        )
+        parked.timer = loop.call_at(parked.deadline, self._finish, parked, PullMode.FINAL)
+        self._parked.setdefault(parked.key, []).append(parked)
+        self._parked_count += 1
+        self._track_connection(parked)
+        # A message appended by another thread between the pull's read and now would have
+        # found no waiter to wake; look once more so it is not missed until the re-check.
+        max_offset = self._store.max_offset(topic, queue_id)
+        if max_offset > queue_offset:
+            self._note_arrival(parked.key, max_offset)
+        return True
+
+    def on_message_dispatched(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """Store dispatch listener: a message for ``topic@queue_id`` was dispatched.
+
+        Safe to call from any thread; costs a dict lookup when nobody waits for the queue.
+        """
+        if not self._parked:
+            return
+        key = f"{topic}@{queue_id}"
+        if key not in self._parked:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._note_arrival(key, max_offset)
+        elif self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._note_arrival, key, max_offset)
+
+    def recheck(self) -> None:
+        """Re-run every parked pull whose queue has grown past its offset (safety net)."""
+        for key, waiters in list(self._parked.items()):
+            if not waiters:
+                continue
+            first = waiters[0]
+            self._note_arrival(key, self._store.max_offset(first.topic, first.queue_id))
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
+        return self._loop
+
+    def _note_arrival(self, key: str, max_offset: int) -> None:
+        if max_offset > self._arrivals.get(key, -1):
+            self._arrivals[key] = max_offset
+        if not self._pass_scheduled and self._loop is not None:
+            self._pass_scheduled = True
+            self._loop.call_soon(self._wake_pass)
+
+    def _wake_pass(self) -> None:
+        self._pass_scheduled = False
+        arrivals, self._arrivals = self._arrivals, {}
+        for key, max_offset in arrivals.items():
+            for parked in list(self._parked.get(key, ())):
+                if parked.queue_offset < max_offset:
+                    self._finish(parked, PullMode.WAKE)
+
+    def _finish(self, parked: ParkedPull, mode: PullMode) -> None:
+        """Re-run ``parked``; answer and unpark it unless a WAKE run says keep waiting."""
+        if parked.connection.is_closing:
+            self._unpark(parked)
+            return
+        try:
+            response = self._executor(parked.request, parked.connection, mode)
+        except Exception as exc:
+            log.exception("re-running parked %s from %s failed", parked.request.describe(),
+                          parked.connection.remote_address)
+            response = RemotingCommand.response_to(
+                parked.request, ResponseCode.SYSTEM_ERROR, remark=describe_exception(exc)
+            )
+        if response is None and mode is PullMode.WAKE:
+            return
+        self._unpark(parked)
+        if response is not None:
+            parked.connection.send_response(response)
+
+    def _unpark(self, parked: ParkedPull) -> None:
+        waiters = self._parked.get(parked.key)
+        if waiters is None:
+            return
+        try:
+            waiters.remove(parked)
+        except ValueError:
+            return  # already answered
+        self._parked_count -= 1
+        if not waiters:
+            del self._parked[parked.key]
+        if parked.timer is not None:
+            parked.timer.cancel()
+        connection_pulls = parked.connection.attributes.get(_CONNECTION_ATTRIBUTE)
+        if connection_pulls is not None:
+            connection_pulls.discard(parked)
+
+    def _track_connection(self, parked: ParkedPull) -> None:
+        connection = parked.connection
+        pulls = connection.attributes.get(_CONNECTION_ATTRIBUTE)
+        if pulls is None:
+            pulls = connection.attributes[_CONNECTION_ATTRIBUTE] = set()
+            connection.on_close.append(self._connection_closed)
+        pulls.add(parked)
+
+    def _connection_closed(self, connection: Connection) -> None:
+        pulls = connection.attributes.pop(_CONNECTION_ATTRIBUTE, set())
+        for parked in list(pulls):
+            self._unpark(parked)
+        if pulls:
+            log.debug("dropped %d parked pulls of closed connection %s", len(pulls),
+                      connection.remote_address)
+
+    async def _recheck_forever(self) -> None:
+        interval_s = self._recheck_interval_ms / 1000
+        while self._running:
+            await asyncio.sleep(interval_s)
+            try:
+                self.recheck()
+            except Exception:
+                log.exception("long-polling re-check failed; retrying in %g s", interval_s)

@@ -1,0 +1,492 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+
+Theory of operation
+-------------------
+A send is checked completely before the store is touched (protocol-notes §4.3), in this order,
+each failure answered with RocketMQ's code and a remark naming the thing and the fix:
+
+1. the header parses (a missing or unparsable field -> SYSTEM_ERROR naming the field);
+2. the broker takes writes (a slave -> SERVICE_NOT_AVAILABLE; brokerPermission without write
+   -> NO_PERMISSION);
+3. body and properties fit (larger than maxMessageSize / 32767 bytes -> MESSAGE_ILLEGAL);
+4. the topic name is valid and not a system topic the broker writes itself (SYSTEM_ERROR);
+5. the topic exists, or is created from the ``defaultTopic`` template (TBW102) when
+   autoCreateTopicEnable allows (§11.3), or as a retry topic; else TOPIC_NOT_EXIST;
+6. the topic is writable here (NO_PERMISSION) and the queue id is in range (SYSTEM_ERROR;
+   a negative queue id picks a random writable queue).
+
+Then the message is shaped for storage (§6.2): WAIT is removed (and decides whether a
+SYNC_FLUSH send waits for the disk), CLUSTER is added, a missing UNIQ_KEY is generated, the
+MULTI_TAGS bit follows the topic's filter type, the born host is the producer's socket
+address. A send to ``%RETRY%<group>`` past the group's max reconsume times goes to
+``%DLQ%<group>``. Delayed (DELAY) and transactional (TRAN_MSG) messages pass through
+``redirect_special_delivery``, the hook where later issues reroute them.
+
+A batch body (§6.5) becomes one ``put_messages`` call: each entry gets the batch-level
+properties (header ``i``) and CLUSTER appended; batches cannot be delayed, transactional or
+sent to a retry topic (MESSAGE_ILLEGAL).
+
+Under SYNC_FLUSH the response waits for the store's durable future (group commit), at most
+``syncFlushTimeout``; past it the answer is FLUSH_DISK_TIMEOUT (10), which clients count as
+stored. Everything runs on the event loop; the store call itself is a quick mmap write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from typing import TYPE_CHECKING, NamedTuple
+
+from tidemq.broker.config import PERM_READ, PERM_WRITE, BrokerRole
+from tidemq.broker.topic_config_manager import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TopicConfig,
+    is_not_allowed_send_topic,
+)
+from tidemq.errors import HeaderFieldError, RemoteProtocolError
+from tidemq.limits import PROPERTIES_SIZE_MAX, topic_name_problem
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.command import RemotingCommand
+from tidemq.protocol.headers import SendMessageRequestHeader
+from tidemq.protocol.message import (
+    PROPERTY_CLUSTER,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_MSG_REGION,
+    PROPERTY_TRACE_SWITCH,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    SYSFLAG_MULTI_TAGS,
+    SYSFLAG_TRANSACTION_MASK,
+    TRANSACTION_NOT_TYPE,
+    decode_batch_body,
+    decode_properties,
+)
+from tidemq.protocol.msgid import new_unique_key
+from tidemq.store.interface import PutResult, PutStatus, StoreMessage
+
+if TYPE_CHECKING:
+    from tidemq.broker.controller import BrokerController
+    from tidemq.remoting.connection import Connection
+    from tidemq.remoting.server import RemotingServer
+
+log = logging.getLogger("tidemq.broker")
+
+MULTI_TAG = "MULTI_TAG"
+
+# Requests whose version is at least V3_4_9 may carry their own maxReconsumeTimes.
+VERSION_WITH_MAX_RECONSUME_TIMES = 121
+
+# Reconsume attempts of a group that has no subscription-group config (RocketMQ's default).
+DEFAULT_RETRY_MAX_TIMES = 16
+
+# The DLQ topic of a group has one queue (RocketMQ's DLQ_NUMS_PER_GROUP).
+DLQ_QUEUE_NUMS = 1
+
+# How much longer than syncFlushTimeout we wait for the store's own timeout to answer, before
+# calling it FLUSH_DISK_TIMEOUT ourselves (the store's timer should always win).
+_DURABLE_WAIT_MARGIN_S = 1.0
+
+_STATUS_CODES = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
+}
+_STORED_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT})
+
+
+class _Stored(NamedTuple):
+    result: PutResult
+    wait: bool  # the producer asked to be answered only once the message is durable
+    queue_id: int
+
+
+class SendRefused(Exception):
+    """A check failed: ``code`` and ``remark`` are the response to send."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def redirect_special_delivery(message: StoreMessage, broker: BrokerController) -> StoreMessage:
+    """The hook where delayed and transactional messages are rerouted before storing.
+
+    Today it returns ``message`` unchanged: a DELAY or TRAN_MSG message is stored as a plain
+    message in its own topic. Later issues fill it in (protocol-notes §6.2):
+
+    - DELAY level > 0: save topic and queue in REAL_TOPIC / REAL_QID, store in
+      SCHEDULE_TOPIC_XXXX queue level - 1 (level capped at the configured level count);
+    - TRAN_MSG=true: save REAL_TOPIC / REAL_QID, clear the transaction bits of the sysflag,
+      store in RMQ_SYS_TRANS_HALF_TOPIC queue 0.
+    """
+    return message
+
+
+class SendMessageProcessor:
+    """Serves the three send codes for one broker."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self._broker = broker
+        self._random = random.Random()
+
+    def register(self, server: RemotingServer) -> None:
+        """Register the send handlers on ``server``."""
+        for code in (
+            RequestCode.SEND_MESSAGE,
+            RequestCode.SEND_MESSAGE_V2,
+            RequestCode.SEND_BATCH_MESSAGE,
+        ):
+            server.register(code, self.handle)
+
+    async def handle(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        """Answer one send request (single or batch). Never raises for bad input."""
+        broker = self._broker
+        ext_fields = {
+            PROPERTY_MSG_REGION: broker.config.region_id,
+            PROPERTY_TRACE_SWITCH: "true" if broker.config.trace_on else "false",
+        }
+        try:
+            header = SendMessageRequestHeader.from_ext_fields(request.ext_fields, request.code)
+            is_batch = request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
+            if is_batch:
+                stored = self._put_batch(header, request, connection)
+            else:
+                stored = self._put_single(header, request, connection)
+        except HeaderFieldError as exc:
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, str(exc), ext_fields
+            )
+        except SendRefused as refused:
+            return RemotingCommand.response_to(request, refused.code, refused.remark, ext_fields)
+        return await self._respond(request, stored, ext_fields)
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def _check(
+        self, header: SendMessageRequestHeader, body_length: int, connection: Connection
+    ) -> TopicConfig:
+        """Run checks 2-6 of the module docstring; return the topic's config."""
+        broker = self._broker
+        config = broker.config
+        topic = header.topic
+        if config.broker_role is BrokerRole.SLAVE:
+            raise SendRefused(
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                f"broker {config.broker_name} at {broker.broker_address} is a slave "
+                f"(brokerRole=SLAVE) and takes no sends; send topic {topic} to its master",
+            )
+        if not config.broker_permission & PERM_WRITE:
+            raise SendRefused(
+                ResponseCode.NO_PERMISSION,
+                f"broker {config.broker_name} at {broker.broker_address} is not writable "
+                f"(brokerPermission={config.broker_permission}); sending to topic {topic} is "
+                "forbidden until write permission is given back (brokerPermission=6)",
+            )
+        size_max = broker.store_config.max_message_size
+        if body_length > size_max:
+            raise SendRefused(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"message body of topic {topic} is {body_length} bytes, larger than "
+                f"maxMessageSize={size_max}; send smaller messages or raise maxMessageSize",
+            )
+        properties = header.properties
+        if properties is not None and len(properties) * 3 > PROPERTIES_SIZE_MAX:
+            properties_length = len(properties.encode("utf-8", "surrogatepass"))
+            if properties_length > PROPERTIES_SIZE_MAX:
+                raise SendRefused(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"message properties of topic {topic} are {properties_length} bytes, more "
+                    f"than the limit of {PROPERTIES_SIZE_MAX}; use fewer or shorter properties",
+                )
+        problem = topic_name_problem(topic)
+        if problem is not None:
+            raise SendRefused(ResponseCode.SYSTEM_ERROR, f"cannot send: {problem}")
+        if is_not_allowed_send_topic(topic):
+            raise SendRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"sending to topic {topic} is forbidden: it is a system topic only the broker "
+                "writes; choose another topic",
+            )
+        topic_config = self._find_or_create_topic(header, connection)
+        if not topic_config.perm & PERM_WRITE:
+            raise SendRefused(
+                ResponseCode.NO_PERMISSION,
+                f"topic {topic} is not writable on broker {config.broker_name} "
+                f"(perm={topic_config.perm}); change it with tidemq admin updateTopic -p 6",
+            )
+        queue_limit = max(topic_config.read_queue_nums, topic_config.write_queue_nums)
+        if header.queue_id >= queue_limit:
+            raise SendRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId {header.queue_id} is out of range for topic {topic} on broker "
+                f"{config.broker_name}, which has {topic_config.write_queue_nums} write queues "
+                f"and {topic_config.read_queue_nums} read queues (producer "
+                f"{connection.remote_address}); refresh the topic route",
+            )
+        return topic_config
+
+    def _find_or_create_topic(
+        self, header: SendMessageRequestHeader, connection: Connection
+    ) -> TopicConfig:
+        manager = self._broker.topic_config_manager
+        topic = header.topic
+        topic_config = manager.get(topic)
+        if topic_config is not None:
+            return topic_config
+        topic_sys_flag = 0
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return manager.create_topic_for_send_back(topic, 1, PERM_READ | PERM_WRITE)
+        topic_config = manager.create_topic_in_send_process(
+            topic,
+            header.default_topic,
+            header.default_topic_queue_nums,
+            topic_sys_flag,
+            producer_address=connection.remote_address,
+        )
+        if topic_config is not None:
+            return topic_config
+        config = self._broker.config
+        if not config.auto_create_topic_enable:
+            how = "or set autoCreateTopicEnable=true on the broker"
+        else:
+            how = (
+                f"or send with defaultTopic TBW102 (this send named template "
+                f"{header.default_topic!r}, which is missing or not inheritable)"
+            )
+        raise SendRefused(
+            ResponseCode.TOPIC_NOT_EXIST,
+            f"topic {topic} does not exist on broker {config.broker_name}; create it with "
+            f"tidemq admin updateTopic -t {topic} -c {config.broker_cluster_name} {how}",
+        )
+
+    def _queue_id(self, header: SendMessageRequestHeader, topic_config: TopicConfig) -> int:
+        if header.queue_id < 0:
+            return self._random.randrange(max(topic_config.write_queue_nums, 1))
+        return header.queue_id
+
+    # -- single ----------------------------------------------------------------------------
+
+    def _put_single(
+        self, header: SendMessageRequestHeader, request: RemotingCommand, connection: Connection
+    ) -> _Stored:
+        broker = self._broker
+        body = request.body or b""
+        topic_config = self._check(header, len(body), connection)
+        properties = decode_properties(header.properties) if header.properties else {}
+        wait = _wait_store_msg_ok(properties.pop(PROPERTY_WAIT_STORE_MSG_OK, None))
+        if not properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
+            properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = new_unique_key()
+        properties[PROPERTY_CLUSTER] = broker.config.broker_cluster_name
+        topic = header.topic
+        queue_id = self._queue_id(header, topic_config)
+        reconsume_times = header.reconsume_times or 0
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            topic, queue_id = self._retry_or_dead_letter(header, request, reconsume_times, queue_id)
+        sysflag = header.sys_flag
+        if topic_config.topic_filter_type == MULTI_TAG:
+            sysflag |= SYSFLAG_MULTI_TAGS
+        message = StoreMessage(
+            topic=topic,
+            queue_id=queue_id,
+            body=body,
+            properties=properties,
+            flag=header.flag,
+            sysflag=sysflag,
+            born_timestamp=header.born_timestamp,
+            born_host=connection.remote_address,
+            reconsume_times=reconsume_times,
+        )
+        message = redirect_special_delivery(message, broker)
+        started = time.monotonic()
+        result = broker.store.put_message(message)
+        self._count(result, len(body), started)
+        return _Stored(result, wait, message.queue_id)
+
+    def _retry_or_dead_letter(
+        self,
+        header: SendMessageRequestHeader,
+        request: RemotingCommand,
+        reconsume_times: int,
+        queue_id: int,
+    ) -> tuple[str, int]:
+        """Where a send to ``%RETRY%<group>`` goes: the retry topic, or the group's DLQ."""
+        group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        group_config = self._broker.subscription_group_manager.find_subscription_group_config(group)
+        if group_config is None:
+            raise SendRefused(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group {group} does not exist on broker "
+                f"{self._broker.config.broker_name}; create it with tidemq admin updateSubGroup "
+                "or set autoCreateSubscriptionGroup=true",
+            )
+        max_reconsume_times = group_config.retry_max_times
+        if (
+            request.version >= VERSION_WITH_MAX_RECONSUME_TIMES
+            and header.max_reconsume_times is not None
+        ):
+            max_reconsume_times = header.max_reconsume_times
+        if reconsume_times <= max_reconsume_times:
+            return header.topic, queue_id
+        dead_letter_topic = DLQ_GROUP_TOPIC_PREFIX + group
+        self._broker.topic_config_manager.create_topic_for_send_back(
+            dead_letter_topic, DLQ_QUEUE_NUMS, PERM_READ | PERM_WRITE
+        )
+        log.info(
+            "message of group %s reconsumed %d times (max %d): stored in %s",
+            group,
+            reconsume_times,
+            max_reconsume_times,
+            dead_letter_topic,
+        )
+        return dead_letter_topic, self._random.randrange(DLQ_QUEUE_NUMS)
+
+    # -- batch -----------------------------------------------------------------------------
+
+    def _put_batch(
+        self, header: SendMessageRequestHeader, request: RemotingCommand, connection: Connection
+    ) -> _Stored:
+        broker = self._broker
+        body = request.body or b""
+        topic = header.topic
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            raise SendRefused(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"batch sends to retry topic {topic} are not supported; send them one by one",
+            )
+        batch_properties = decode_properties(header.properties) if header.properties else {}
+        if header.sys_flag & SYSFLAG_TRANSACTION_MASK != TRANSACTION_NOT_TYPE or _is_true(
+            batch_properties.get(PROPERTY_TRANSACTION_PREPARED)
+        ):
+            raise SendRefused(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"batch to topic {topic} is transactional; transactional messages cannot be "
+                "batched, send them one by one",
+            )
+        topic_config = self._check(header, len(body), connection)
+        try:
+            entries = decode_batch_body(body)
+        except RemoteProtocolError as exc:
+            raise SendRefused(
+                ResponseCode.MESSAGE_ILLEGAL, f"batch body for topic {topic} is malformed: {exc}"
+            ) from None
+        if not entries:
+            raise SendRefused(
+                ResponseCode.MESSAGE_ILLEGAL, f"batch for topic {topic} holds no messages"
+            )
+        wait = _wait_store_msg_ok(batch_properties.pop(PROPERTY_WAIT_STORE_MSG_OK, None))
+        batch_properties[PROPERTY_CLUSTER] = broker.config.broker_cluster_name
+        queue_id = self._queue_id(header, topic_config)
+        sysflag = header.sys_flag
+        if topic_config.topic_filter_type == MULTI_TAG:
+            sysflag |= SYSFLAG_MULTI_TAGS
+        born_host = connection.remote_address
+        born_timestamp = header.born_timestamp
+        reconsume_times = header.reconsume_times or 0
+        # The per-message loop of the hottest path: locals only, one dict per message (the
+        # store needs the properties as a dict for tag codes and index keys anyway).
+        messages: list[StoreMessage] = []
+        append = messages.append
+        decode = decode_properties
+        wait_key = PROPERTY_WAIT_STORE_MSG_OK
+        delay_key = PROPERTY_DELAY_TIME_LEVEL
+        unique_key = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+        for entry in entries:
+            text = entry.properties
+            if text:
+                properties = decode(text)
+                properties.pop(wait_key, None)
+                if delay_key in properties:
+                    _refuse_delayed_batch(topic, properties[delay_key])
+                properties.update(batch_properties)
+            else:
+                properties = dict(batch_properties)
+            if unique_key not in properties:
+                properties[unique_key] = new_unique_key()
+            append(
+                StoreMessage(
+                    topic,
+                    queue_id,
+                    entry.body,
+                    properties,
+                    entry.flag,
+                    sysflag,
+                    born_timestamp,
+                    born_host,
+                    reconsume_times,
+                )
+            )
+        body_bytes = sum(len(entry.body) for entry in entries)
+        started = time.monotonic()
+        result = broker.store.put_messages(messages)
+        self._count(result, body_bytes, started)
+        return _Stored(result, wait, queue_id)
+
+    # -- response --------------------------------------------------------------------------
+
+    def _count(self, result: PutResult, body_bytes: int, started: float) -> None:
+        stats = self._broker.stats
+        if result.status is PutStatus.PUT_OK:
+            elapsed_ms = int((time.monotonic() - started) * 1000)
+            stats.record_put(result.message_count, body_bytes, elapsed_ms)
+        else:
+            stats.record_put_failure()
+
+    async def _respond(
+        self, request: RemotingCommand, stored: _Stored, ext_fields: dict[str, str]
+    ) -> RemotingCommand:
+        result = stored.result
+        status = result.status
+        if status is PutStatus.PUT_OK and stored.wait and result.durable is not None:
+            status = await self._wait_durable(result)
+        code = _STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
+        if code not in _STORED_CODES:
+            remark = result.remark or f"the store refused the message: {status.value}"
+            return RemotingCommand.response_to(request, code, remark, ext_fields)
+        ext_fields["msgId"] = ",".join(result.msg_ids)
+        ext_fields["queueId"] = str(stored.queue_id)
+        ext_fields["queueOffset"] = str(result.queue_offset)
+        remark = None
+        if code == ResponseCode.FLUSH_DISK_TIMEOUT:
+            remark = (
+                "message stored but not flushed to disk within syncFlushTimeout="
+                f"{self._broker.store_config.sync_flush_timeout_ms} ms"
+            )
+        return RemotingCommand.response_to(request, code, remark, ext_fields)
+
+    async def _wait_durable(self, result: PutResult) -> PutStatus:
+        assert result.durable is not None
+        timeout_s = self._broker.store_config.sync_flush_timeout_ms / 1000 + _DURABLE_WAIT_MARGIN_S
+        try:
+            # shield: on our timeout the store's future must not be cancelled (its flush
+            # thread completes it later).
+            return await asyncio.wait_for(
+                asyncio.shield(asyncio.wrap_future(result.durable)), timeout_s
+            )
+        except TimeoutError:
+            return PutStatus.FLUSH_DISK_TIMEOUT
+
+
+def _refuse_delayed_batch(topic: str, delay: str) -> None:
+    if delay.strip() not in ("", "0"):
+        raise SendRefused(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"a message of the batch to topic {topic} has delay level {delay}; delayed "
+            "messages cannot be batched, send them one by one",
+        )
+
+
+def _wait_store_msg_ok(value: str | None) -> bool:
+    """Java's isWaitStoreMsgOK: absent means wait; otherwise Boolean.parseBoolean."""
+    return value is None or value.strip().lower() == "true"
+
+
+def _is_true(value: str | None) -> bool:
+    return value is not None and value.strip().lower() == "true"

@@ -1,0 +1,302 @@
+"""``tidemq bench produce|consume``: a load generator a user can point at any cluster.
+
+produce: ``--concurrency`` workers each send in a loop — single messages (``--batch 0``) or
+batches of ``--batch`` messages — of ``--size`` random-looking bytes, until ``--count``
+messages or ``--seconds`` have passed (one of them bounds the run; both may be given). The
+latency of each request is recorded; the summary gives msg/s, MB/s and latency p50/p99/p999
+per request.
+
+consume: a PullConsumer reads every queue of the topic (from the first or the last offset)
+until ``--count`` messages or ``--seconds``; the summary gives msg/s, MB/s and, with
+``--latency``, end-to-end latency from each message's born timestamp (clocks of producer and
+consumer hosts must agree for that to mean anything).
+
+``--json`` prints the summary as one JSON line (for benchmarks/ and scripts) instead of the
+table. The parameters and the machine are part of the summary, so a result file says what
+it measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+
+import click
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tidemq.client.message import Message
+from tidemq.client.producer import Producer, default_namesrv
+from tidemq.client.pull_consumer import PullConsumer
+from tidemq.errors import TidemqError
+from tidemq.remoting.loop import run as run_on_loop
+
+_console = Console(stderr=True)
+PROGRESS_REFRESH_S = 0.2
+
+
+@dataclass
+class Summary:
+    """What a bench run measured."""
+
+    mode: str
+    topic: str
+    size: int
+    batch: int
+    concurrency: int
+    messages: int = 0
+    requests: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    msgs_per_s: float = 0.0
+    mb_per_s: float = 0.0
+    latency_ms_p50: float | None = None
+    latency_ms_p99: float | None = None
+    latency_ms_p999: float | None = None
+    first_error: str | None = None
+    machine: dict[str, object] = field(default_factory=lambda: {
+        "python": platform.python_version(), "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    })
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float | None:
+    """The value at ``fraction`` (0..1) of an ascending list (nearest rank); None if empty."""
+    if not sorted_values:
+        return None
+    index = min(len(sorted_values) - 1, max(0, round(fraction * len(sorted_values)) - 1))
+    return sorted_values[index]
+
+
+def _finish(summary: Summary, latencies_ms: list[float], bytes_total: int) -> Summary:
+    latencies_ms.sort()
+    summary.msgs_per_s = summary.messages / summary.seconds if summary.seconds else 0.0
+    summary.mb_per_s = bytes_total / summary.seconds / 1_000_000 if summary.seconds else 0.0
+    summary.latency_ms_p50 = percentile(latencies_ms, 0.50)
+    summary.latency_ms_p99 = percentile(latencies_ms, 0.99)
+    summary.latency_ms_p999 = percentile(latencies_ms, 0.999)
+    return summary
+
+
+def _check_bounds(count: int | None, seconds: float | None) -> None:
+    if count is None and seconds is None:
+        raise click.UsageError("give --count or --seconds (or both) so the run ends")
+    if count is not None and count < 1:
+        raise click.UsageError("--count must be at least 1")
+    if seconds is not None and seconds <= 0:
+        raise click.UsageError("--seconds must be positive")
+
+
+class _Progress:
+    """A rich progress bar fed from counters by a periodic task (not per message)."""
+
+    def __init__(self, enabled: bool, count: int | None, seconds: float | None, label: str):
+        self.enabled = enabled
+        self.count = count
+        self.seconds = seconds
+        self.label = label
+
+    async def follow(self, started: float, done: list[int]) -> None:
+        if not self.enabled:
+            return
+        total = float(self.count) if self.count is not None else float(self.seconds or 1)
+        with Progress(TextColumn(f"[bold]{self.label}"), BarColumn(),
+                      TextColumn("{task.fields[messages]} msgs {task.fields[rate]} msg/s"),
+                      TimeElapsedColumn(), console=_console, transient=True) as progress:
+            task = progress.add_task(self.label, total=total, messages=0, rate=0)
+            while True:
+                elapsed = time.perf_counter() - started
+                value = float(done[0]) if self.count is not None else elapsed
+                progress.update(task, completed=min(value, total), messages=done[0],
+                                rate=int(done[0] / elapsed) if elapsed > 0 else 0)
+                await asyncio.sleep(PROGRESS_REFRESH_S)
+
+
+async def run_produce(namesrv: str, topic: str, size: int, batch: int, concurrency: int,
+                      count: int | None, seconds: float | None, group: str,
+                      show_progress: bool) -> Summary:
+    """Run the produce benchmark and return its summary (see the module docstring)."""
+    summary = Summary("produce", topic, size, batch, concurrency)
+    body = (os.urandom(64) * (size // 64 + 1))[:size]
+    latencies_ms: list[float] = []
+    done = [0]  # messages acknowledged
+    claimed = [0]  # messages handed to workers (bounds --count exactly)
+    per_request = max(1, batch)
+    async with Producer(group, namesrv) as producer:
+        # Warm-up: the first send learns the route (auto-creating the topic if allowed).
+        await producer.send(Message(topic, body))
+        started = time.perf_counter()
+        deadline = started + seconds if seconds is not None else None
+
+        async def worker() -> None:
+            while True:
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return
+                take = per_request
+                if count is not None:
+                    take = min(per_request, count - claimed[0])
+                    if take <= 0:
+                        return
+                claimed[0] += take
+                request_started = time.perf_counter()
+                try:
+                    if batch:
+                        await producer.send_batch([Message(topic, body) for _ in range(take)])
+                    else:
+                        await producer.send(Message(topic, body))
+                except TidemqError as e:
+                    summary.errors += 1
+                    if summary.first_error is None:
+                        summary.first_error = str(e)
+                    continue
+                latencies_ms.append((time.perf_counter() - request_started) * 1000)
+                summary.requests += 1
+                done[0] += take
+
+        follower = asyncio.ensure_future(
+            _Progress(show_progress, count, seconds, "produce").follow(started, done))
+        try:
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+        summary.seconds = time.perf_counter() - started
+    summary.messages = done[0]
+    return _finish(summary, latencies_ms, done[0] * size)
+
+
+async def run_consume(namesrv: str, topic: str, group: str, from_where: str,
+                      count: int | None, seconds: float | None, latency: bool,
+                      show_progress: bool) -> Summary:
+    """Run the consume benchmark and return its summary (see the module docstring)."""
+    summary = Summary("consume", topic, 0, 0, 1)
+    latencies_ms: list[float] = []
+    done = [0]
+    bytes_total = 0
+    async with PullConsumer(group, namesrv, consume_from=from_where,
+                            auto_commit=False) as consumer:
+        queues = await consumer.queues(topic)
+        consumer.assign(queues)
+        if from_where.upper() == "FIRST":
+            await consumer.seek_to_beginning()
+        else:
+            await consumer.seek_to_end()
+        started = time.perf_counter()
+        deadline = started + seconds if seconds is not None else None
+        follower = asyncio.ensure_future(
+            _Progress(show_progress, count, seconds, "consume").follow(started, done))
+        try:
+            while True:
+                now = time.perf_counter()
+                if deadline is not None and now >= deadline:
+                    break
+                if count is not None and done[0] >= count:
+                    break
+                wait_ms = 200 if deadline is None else max(1, int((deadline - now) * 1000))
+                messages = await consumer.poll(min(wait_ms, 200))
+                if not messages:
+                    continue
+                if latency:
+                    now_ms = time.time() * 1000
+                    latencies_ms.extend(now_ms - m.born_timestamp for m in messages)
+                done[0] += len(messages)
+                bytes_total += sum(len(m.body) for m in messages)
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+        summary.seconds = time.perf_counter() - started
+    summary.messages = done[0]
+    summary.size = bytes_total // done[0] if done[0] else 0
+    return _finish(summary, latencies_ms, bytes_total)
+
+
+def _report(summary: Summary, as_json: bool) -> None:
+    if as_json:
+        click.echo(orjson.dumps(asdict(summary)).decode())
+        return
+    table = Table(title=f"tidemq bench {summary.mode}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f} ms"
+
+    rows = [
+        ("topic", summary.topic),
+        ("message size", f"{summary.size} B"),
+        ("batch", str(summary.batch) if summary.mode == "produce" else "-"),
+        ("concurrency", str(summary.concurrency)),
+        ("messages", str(summary.messages)),
+        ("requests", str(summary.requests) if summary.mode == "produce" else "-"),
+        ("errors", str(summary.errors)),
+        ("seconds", f"{summary.seconds:.2f}"),
+        ("msg/s", f"{summary.msgs_per_s:,.0f}"),
+        ("MB/s", f"{summary.mb_per_s:.2f}"),
+        ("latency p50", ms(summary.latency_ms_p50)),
+        ("latency p99", ms(summary.latency_ms_p99)),
+        ("latency p999", ms(summary.latency_ms_p999)),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    Console().print(table)
+    if summary.first_error:
+        click.echo(f"first error: {summary.first_error}", err=True)
+
+
+@click.group()
+def bench() -> None:
+    """Load generators: produce to or consume from a topic and report throughput."""
+
+
+@bench.command("produce")
+@click.option("-n", "--namesrv", default=default_namesrv, show_default="$NAMESRV_ADDR or "
+              "127.0.0.1:9876")
+@click.option("-t", "--topic", default="BenchmarkTest", show_default=True)
+@click.option("-s", "--size", type=click.IntRange(1), default=1024, show_default=True,
+              help="Message body bytes.")
+@click.option("-b", "--batch", type=click.IntRange(0), default=64, show_default=True,
+              help="Messages per batch request; 0 sends single messages.")
+@click.option("-c", "--concurrency", type=click.IntRange(1), default=16, show_default=True,
+              help="Requests in flight.")
+@click.option("--count", type=int, help="Stop after this many messages.")
+@click.option("--seconds", type=float, help="Stop after this many seconds.")
+@click.option("-g", "--group", default="BENCH_PRODUCER", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON line.")
+def produce(namesrv: str, topic: str, size: int, batch: int, concurrency: int,
+            count: int | None, seconds: float | None, group: str, as_json: bool) -> None:
+    """Send messages as fast as the cluster takes them."""
+    _check_bounds(count, seconds)
+    try:
+        summary = run_on_loop(run_produce(namesrv, topic, size, batch, concurrency, count,
+                                          seconds, group, not as_json))
+    except (TidemqError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    _report(summary, as_json)
+
+
+@bench.command("consume")
+@click.option("-n", "--namesrv", default=default_namesrv, show_default="$NAMESRV_ADDR or "
+              "127.0.0.1:9876")
+@click.option("-t", "--topic", default="BenchmarkTest", show_default=True)
+@click.option("-g", "--group", default="BENCH_CONSUMER", show_default=True)
+@click.option("--from", "from_where", type=click.Choice(["first", "last"],
+              case_sensitive=False), default="first", show_default=True)
+@click.option("--count", type=int, help="Stop after this many messages.")
+@click.option("--seconds", type=float, help="Stop after this many seconds.")
+@click.option("--latency", is_flag=True, help="Report end-to-end latency from born time.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON line.")
+def consume(namesrv: str, topic: str, group: str, from_where: str, count: int | None,
+            seconds: float | None, latency: bool, as_json: bool) -> None:
+    """Pull messages from every queue of a topic as fast as possible."""
+    _check_bounds(count, seconds)
+    try:
+        summary = run_on_loop(run_consume(namesrv, topic, group, from_where, count, seconds,
+                                          latency, not as_json))
+    except (TidemqError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    _report(summary, as_json)

@@ -1,0 +1,303 @@
+"""``tidemq namesrv``, ``tidemq broker`` and ``tidemq dev``: run the servers in the foreground.
+
+Each reads a RocketMQ-style properties file (``-c``) and any ``--<key> value`` options (which
+win over the file) into the config dataclasses, starts on one event loop (uvloop when
+installed), prints where it listens, and runs until Ctrl-C or SIGTERM, then shuts down
+cleanly (requests in flight finish, the store is flushed and closed).
+
+A start that cannot succeed (bad config, port in use, store locked by another process) prints
+one line saying what and how to fix it and exits non-zero, without a traceback: exit status 2
+for a configuration mistake, 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from tidemq.cli.config_loader import load_config, parse_override_args
+from tidemq.errors import ConfigError, TidemqError
+
+log = logging.getLogger("tidemq.cli")
+
+_SERVER_CONTEXT = {
+    "ignore_unknown_options": True,
+    "allow_extra_args": True,
+    "help_option_names": ["-h", "--help"],
+}
+_LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+EXIT_CONFIG_ERROR = 2
+EXIT_START_FAILED = 1
+
+# The dev command's own settings; every other --<key> is a broker or store key.
+DEV_NAMESRV_PORT_KEY = "namesrvPort"
+DEV_DEFAULT_NAMESRV_PORT = 9876
+
+
+def _config_file_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "-c", "--configFile", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+        help="RocketMQ-style .properties file (key=value lines).",
+    )(function)
+
+
+def _log_level_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--log-level", "log_level", type=click.Choice(_LOG_LEVELS), default="info",
+        show_default=True, help="How much to log (to stderr).",
+    )(function)
+
+
+@click.command("namesrv", context_settings=_SERVER_CONTEXT)
+@_config_file_option
+@_log_level_option
+@click.pass_context
+def namesrv(ctx: click.Context, config_file: Path | None, log_level: str) -> None:
+    """Run a name server: tidemq namesrv [-c FILE] [--listenPort 9876] [--<key> value ...]
+
+    Keys are RocketMQ's NamesrvConfig names (listenPort, bindAddress, orderMessageEnable,
+    kvConfigPath, scanNotActiveBrokerInterval, brokerChannelExpiredTime, ...).
+    """
+    _setup_logging(log_level)
+    from tidemq.namesrv import NamesrvConfig, NamesrvController
+
+    (config,) = _load_or_exit("namesrv", [NamesrvConfig], config_file, ctx.args)
+
+    async def serve(stop: asyncio.Event) -> None:
+        controller = NamesrvController(config)
+        await _start_or_exit("namesrv", controller.start(), on_failure=controller.shutdown)
+        _announce(f"tidemq namesrv: listening on {controller.address}; Ctrl-C to stop")
+        try:
+            await stop.wait()
+        finally:
+            await controller.shutdown()
+
+    _run_until_stopped(serve)
+
+
+@click.command("broker", context_settings=_SERVER_CONTEXT)
+@_config_file_option
+@click.option("-n", "--namesrvAddr", "namesrv_addr", metavar="'host:port;host:port'",
+              help="Name servers to register with (the namesrvAddr key).")
+@_log_level_option
+@click.pass_context
+def broker(ctx: click.Context, config_file: Path | None, namesrv_addr: str | None,
+           log_level: str) -> None:
+    """Run a broker: tidemq broker [-c FILE] [-n "host:port;host:port"] [--<key> value ...]
+
+    Keys are RocketMQ's BrokerConfig and MessageStoreConfig names (brokerClusterName,
+    brokerName, brokerId, listenPort, brokerIP1, brokerRole, storePathRootDir, flushDiskType,
+    mappedFileSizeCommitLog, deleteWhen, fileReservedTime, autoCreateTopicEnable, ...).
+    """
+    _setup_logging(log_level)
+    overrides = _overrides_or_exit("broker", ctx.args)
+    if namesrv_addr is not None:
+        overrides["namesrvAddr"] = namesrv_addr
+    broker_config_class, store_config_class = _broker_config_classes()
+    broker_config, store_config = _load_or_exit(
+        "broker", [broker_config_class, store_config_class], config_file, overrides
+    )
+
+    async def serve(stop: asyncio.Event) -> None:
+        controller = _open_broker("broker", broker_config, store_config)
+        await _start_or_exit("broker", controller.start(), on_failure=controller.shutdown)
+        names = broker_config.namesrv_addr or "no name server (give one with -n host:9876)"
+        _announce(
+            f"tidemq broker: {broker_config.broker_name} listening on "
+            f"{controller.broker_address} (cluster {broker_config.broker_cluster_name}, "
+            f"{broker_config.broker_role}), registered with {names}, store "
+            f"{store_config.store_path_root_dir}; Ctrl-C to stop"
+        )
+        try:
+            await stop.wait()
+        finally:
+            await controller.shutdown()
+
+    _run_until_stopped(serve)
+
+
+@click.command("dev", context_settings=_SERVER_CONTEXT)
+@_log_level_option
+@click.pass_context
+def dev(ctx: click.Context, log_level: str) -> None:
+    """Run a name server and a broker in one process, for development.
+
+    tidemq dev [--storePathRootDir DIR] [--namesrvPort 9876] [--listenPort 10911]
+    [--<key> value ...]
+
+    Data goes to ./tidemq-data unless --storePathRootDir says otherwise; any broker or store
+    key may be given (e.g. --flushDiskType SYNC_FLUSH).
+    """
+    _setup_logging(log_level)
+    from tidemq.namesrv import NamesrvConfig, NamesrvController
+
+    overrides = _overrides_or_exit("dev", ctx.args)
+    namesrv_port_text = overrides.pop(DEV_NAMESRV_PORT_KEY, str(DEV_DEFAULT_NAMESRV_PORT))
+    (namesrv_config,) = _load_or_exit("dev", [NamesrvConfig], None,
+                                      {"listenPort": namesrv_port_text},
+                                      rename={"listenPort": DEV_NAMESRV_PORT_KEY})
+    broker_config_class, store_config_class = _broker_config_classes()
+    # The broker's namesrvAddr is filled in once the name server has its port (0 = any).
+    given_namesrv_addr = overrides.pop("namesrvAddr", None)
+    broker_config, store_config = _load_or_exit(
+        "dev", [broker_config_class, store_config_class], None, overrides
+    )
+
+    async def serve(stop: asyncio.Event) -> None:
+        namesrv_controller = NamesrvController(namesrv_config)
+        await _start_or_exit("dev", namesrv_controller.start(),
+                             on_failure=namesrv_controller.shutdown,
+                             port_setting=f"--{DEV_NAMESRV_PORT_KEY}")
+        try:
+            addresses = [f"127.0.0.1:{namesrv_controller.port}"]
+            if given_namesrv_addr:
+                addresses.append(given_namesrv_addr)
+            effective_config = _with_namesrv_addr(broker_config, ";".join(addresses))
+            broker_controller = _open_broker("dev", effective_config, store_config)
+            await _start_or_exit("dev", broker_controller.start(),
+                                 on_failure=broker_controller.shutdown)
+            try:
+                _announce(
+                    f"tidemq dev: name server {namesrv_controller.address}, broker "
+                    f"{effective_config.broker_name} {broker_controller.broker_address} "
+                    f"(cluster {effective_config.broker_cluster_name}), store "
+                    f"{store_config.store_path_root_dir}; Ctrl-C to stop"
+                )
+                await stop.wait()
+            finally:
+                await broker_controller.shutdown()
+        finally:
+            await namesrv_controller.shutdown()
+
+    _run_until_stopped(serve)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _broker_config_classes() -> tuple[type, type]:
+    from tidemq.broker.config import BrokerConfig
+    from tidemq.store.config import StoreConfig
+
+    return BrokerConfig, StoreConfig
+
+
+def _with_namesrv_addr(broker_config: Any, namesrv_addr: str) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(broker_config, namesrv_addr=namesrv_addr)
+
+
+def _open_broker(command: str, broker_config: Any, store_config: Any) -> Any:
+    """Construct the BrokerController (it opens the store), or exit with one line."""
+    from tidemq.broker.controller import BrokerController
+
+    try:
+        return BrokerController(broker_config, store_config)
+    except TidemqError as e:
+        _fail(command, e, _exit_code_for(e))
+    except OSError as e:
+        _fail(command, f"cannot open the store at {store_config.store_path_root_dir}: "
+                       f"{e.strerror or e} (check storePathRootDir)", EXIT_START_FAILED)
+
+
+def _setup_logging(level_name: str) -> None:
+    logging.basicConfig(level=level_name.upper(), format=_LOG_FORMAT, datefmt="%H:%M:%S",
+                        stream=sys.stderr)
+
+
+def _overrides_or_exit(command: str, args: list[str]) -> dict[str, str]:
+    try:
+        return parse_override_args(args)
+    except ConfigError as e:
+        _fail(command, e, EXIT_CONFIG_ERROR)
+
+
+def _load_or_exit(command: str, targets: list[type], config_file: Path | None,
+                  overrides: dict[str, str] | list[str], *,
+                  rename: dict[str, str] | None = None) -> list[Any]:
+    if isinstance(overrides, list):
+        overrides = _overrides_or_exit(command, overrides)
+    try:
+        return load_config(targets, config_file, overrides)
+    except ConfigError as e:
+        message = str(e)
+        for key, shown in (rename or {}).items():
+            message = message.replace(key, shown)
+        _fail(command, message, EXIT_CONFIG_ERROR)
+
+
+async def _start_or_exit(command: str, start: Awaitable[None], *,
+                         on_failure: Callable[[], Awaitable[None]],
+                         port_setting: str | None = None) -> None:
+    """Await a server's start; on a start error, stop what started and exit with one line."""
+    try:
+        await start
+    except TidemqError as e:
+        message = str(e)
+        if port_setting is not None and "listenPort" in message:
+            message = message.replace("listenPort", port_setting)
+        with contextlib.suppress(Exception):
+            await on_failure()
+        _fail(command, message, _exit_code_for(e))
+    except OSError as e:
+        with contextlib.suppress(Exception):
+            await on_failure()
+        _fail(command, f"start failed: {e.strerror or e}", EXIT_START_FAILED)
+
+
+def _fail(command: str, problem: object, exit_code: int) -> NoReturn:
+    """Print ``tidemq <command>: <problem>`` to stderr and end the command with ``exit_code``."""
+    click.echo(f"tidemq {command}: {problem}", err=True)
+    # click.exceptions.Exit is an ordinary exception: it leaves the event loop like any
+    # other, and click turns it into the exit status without printing a traceback.
+    raise click.exceptions.Exit(exit_code)
+
+
+def _exit_code_for(error: BaseException) -> int:
+    """2 for a configuration mistake, 1 for a start that failed otherwise (port in use...)."""
+    from tidemq.remoting.errors import RemotingListenError
+
+    if isinstance(error, ConfigError) and not isinstance(error, RemotingListenError):
+        return EXIT_CONFIG_ERROR
+    return EXIT_START_FAILED
+
+
+def _announce(line: str) -> None:
+    click.echo(line)
+    sys.stdout.flush()
+
+
+def _run_until_stopped(serve: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    """Run ``serve(stop)`` on a fresh event loop; Ctrl-C or SIGTERM sets ``stop``."""
+    from tidemq.remoting.loop import run
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def request_stop(signal_name: str) -> None:
+            if stop.is_set():
+                log.warning("%s again: already shutting down", signal_name)
+                return
+            log.info("%s received: shutting down", signal_name)
+            stop.set()
+
+        for signal_number in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signal_number, request_stop, signal_number.name)
+        try:
+            await serve(stop)
+        finally:
+            for signal_number in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signal_number)
+
+    run(main())

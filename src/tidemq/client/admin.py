@@ -1,0 +1,586 @@
+"""Admin: topics, clusters, offsets, consumer progress and message lookup (mqadmin's work).
+
+Requests go to the name servers (routes, cluster info, topic list, KV config) or to brokers
+(topic config, stats, offsets, messages). Writes that concern a cluster go to every master of
+it, as RocketMQ's admin tool does: creating a topic sends UPDATE_AND_CREATE_TOPIC to each
+master (which then re-registers with the name servers); deleting one removes it from the
+brokers first and then from every name server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidemq.client import broker_api
+from tidemq.client.errors import BrokerRejected, ClientStateError, NoRouteError
+from tidemq.client.instance import REQUEST_TIMEOUT_MS, ClientInstance, check_response
+from tidemq.client.message import MessageQueue
+from tidemq.client.producer import default_namesrv
+from tidemq.client.route import ClusterInfo, TopicRouteData, parse_cluster_info
+from tidemq.client.subscription import parse_tag_expression
+from tidemq.errors import InvalidMessageId, InvalidTopicName, RemoteProtocolError
+from tidemq.limits import topic_name_problem
+from tidemq.protocol import jsonx
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.headers import CreateTopicRequestHeader
+from tidemq.protocol.message import MessageExt
+from tidemq.protocol.msgid import decode_offset_msg_id
+from tidemq.remoting.errors import RemotingError
+
+log = logging.getLogger("tidemq.client")
+
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+ORDER_TOPIC_CONFIG_NAMESPACE = "ORDER_TOPIC_CONFIG"
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # RocketMQ's group for admin-tool reads
+QUERY_END_MS_MAX = (1 << 63) - 1
+# A unique-key query lets the broker pick defaultQueryMaxNum (32); key queries take ours.
+QUERY_MAX_NUM_DEFAULT = 32
+# An offset id points at an address; if it is really a unique key that address is made up,
+# so give the connect a short leash.
+VIEW_BY_ID_TIMEOUT_MS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOffset:
+    """A queue's offsets as GET_TOPIC_STATS_INFO reports them."""
+
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeOffset:
+    """A group's progress in one queue: the broker's max offset and the group's offset."""
+
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+
+    @property
+    def lag(self) -> int:
+        """Messages not yet consumed (never negative)."""
+        return max(0, self.broker_offset - self.consumer_offset)
+
+
+@dataclass(slots=True)
+class ConsumeStats:
+    """GET_CONSUME_STATS over every broker: per-queue progress and consume TPS."""
+
+    offsets: dict[MessageQueue, ConsumeOffset] = field(default_factory=dict)
+    consume_tps: float = 0.0
+
+    @property
+    def total_lag(self) -> int:
+        """Sum of the per-queue lags (RocketMQ's "Diff Total")."""
+        return sum(o.lag for o in self.offsets.values())
+
+
+def message_queue_from_key(key: Any) -> MessageQueue:
+    """A MessageQueue from a Map<MessageQueue, ...> key as jsonx reads it.
+
+    Java writes such keys as JSON objects (``jsonx.JsonObjectKey``); a JSON text string or
+    ``"topic@broker@queueId"`` are accepted too.
+
+    Raises:
+        RemoteProtocolError: the key names no queue.
+    """
+    try:
+        if hasattr(key, "get"):
+            return MessageQueue.from_json(key)
+        if isinstance(key, str):
+            if key.startswith("{"):
+                return MessageQueue.from_json(jsonx.loads(key))
+            topic, broker_name, queue_id = key.rsplit("@", 2)
+            return MessageQueue(topic, broker_name, int(queue_id))
+    except (TypeError, ValueError, RemoteProtocolError):
+        pass
+    raise RemoteProtocolError(f"{key!r} does not name a message queue")
+
+
+class Admin:
+    """Administers topics, groups and offsets; looks messages up. Use as ``async with``.
+
+    Args:
+        namesrv: name server addresses; default $NAMESRV_ADDR or 127.0.0.1:9876.
+        request_timeout_ms: timeout of each request.
+        instance_name: part of the client id.
+    """
+
+    def __init__(
+        self,
+        namesrv: str | Iterable[str] | None = None,
+        *,
+        request_timeout_ms: int = REQUEST_TIMEOUT_MS,
+        instance_name: str | None = None,
+    ):
+        self._instance = ClientInstance(
+            namesrv if namesrv is not None else default_namesrv(),
+            instance_name=instance_name,
+            request_timeout_ms=request_timeout_ms,
+        )
+        self._state = "new"
+
+    @property
+    def namesrv_addresses(self) -> list[str]:
+        """The name servers this client talks to."""
+        return list(self._instance.namesrv_addresses)
+
+    async def start(self) -> None:
+        """Make the client usable (no background work is started). Idempotent."""
+        if self._state == "closed":
+            raise ClientStateError("admin client is closed; create a new one")
+        self._state = "running"
+
+    async def close(self) -> None:
+        """Close every connection. Idempotent."""
+        self._state = "closed"
+        await self._instance.close()
+
+    async def __aenter__(self) -> Admin:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _check_running(self) -> None:
+        if self._state != "running":
+            raise ClientStateError(
+                f"admin client is {self._state}; call start() or use 'async with Admin(...)'"
+            )
+
+    # -- clusters and brokers -------------------------------------------------------------
+
+    async def cluster_list(self) -> ClusterInfo:
+        """GET_BROKER_CLUSTER_INFO: every cluster and broker group the name servers know."""
+        self._check_running()
+        response = await self._instance.invoke_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
+        check_response(response, "cluster info", "name server")
+        info = parse_cluster_info(response.body or b"{}")
+        for broker in info.brokers.values():
+            self._instance.broker_addresses[broker.broker_name] = dict(broker.broker_addrs)
+        return info
+
+    async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO: the broker's statistics table (all values strings)."""
+        self._check_running()
+        response = await self._instance.invoke(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        check_response(response, "broker runtime info", broker_addr)
+        body = jsonx.loads(response.body or b"{}")
+        return {str(k): str(v) for k, v in (body.get("table") or {}).items()}
+
+    async def _masters(self, cluster: str | None, broker_addr: str | None) -> list[str]:
+        if broker_addr:
+            return [broker_addr]
+        info = await self.cluster_list()
+        if cluster is None:
+            if len(info.clusters) != 1:
+                raise ValueError(
+                    "give a cluster or a broker address: the name servers know clusters "
+                    f"{', '.join(sorted(info.clusters)) or '(none)'}"
+                )
+            cluster = next(iter(info.clusters))
+        if cluster not in info.clusters:
+            raise NoRouteError(
+                f"cluster {cluster!r} is unknown to the name servers; known: "
+                f"{', '.join(sorted(info.clusters)) or '(none)'}"
+            )
+        masters = list(info.master_addresses(cluster).values())
+        if not masters:
+            raise NoRouteError(f"cluster {cluster!r} has no master broker online")
+        return masters
+
+    # -- topics ---------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        topic: str,
+        queue_nums: int = 8,
+        perm: int = 6,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        order: bool = False,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+    ) -> list[str]:
+        """Create or update ``topic`` on one broker or on every master of a cluster.
+
+        Args:
+            topic: the topic name.
+            queue_nums: read and write queue count (unless given separately).
+            perm: PermName bits: 6 read+write, 4 read only, 2 write only.
+            cluster: the cluster whose masters get the topic (the only one when omitted).
+            broker_addr: one broker instead of a cluster.
+            order: an order topic: also publishes ``brokerName:queues`` per broker to the name
+                servers (ORDER_TOPIC_CONFIG), which pins producers to those queues.
+            read_queue_nums / write_queue_nums: override ``queue_nums`` for one side.
+
+        Returns:
+            The broker addresses updated.
+
+        Raises:
+            InvalidTopicName, ValueError, NoRouteError, BrokerRejected, RemotingError.
+        """
+        self._check_running()
+        problem = topic_name_problem(topic)
+        if problem is not None:
+            raise InvalidTopicName(problem)
+        reads = queue_nums if read_queue_nums is None else read_queue_nums
+        writes = queue_nums if write_queue_nums is None else write_queue_nums
+        if reads < 0 or writes < 0 or reads + writes == 0:
+            raise ValueError(f"queue counts read={reads} write={writes} make no queue")
+        header = CreateTopicRequestHeader(
+            topic=topic, default_topic=AUTO_CREATE_TOPIC_KEY, read_queue_nums=reads,
+            write_queue_nums=writes, perm=perm, topic_filter_type="SINGLE_TAG",
+            topic_sys_flag=0, order=order,
+        )
+        masters = await self._masters(cluster, broker_addr)
+        for address in masters:
+            response = await self._instance.invoke(
+                address, RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext_fields()
+            )
+            check_response(response, f"create topic {topic!r}", address)
+        if order and broker_addr is None:
+            await self._put_order_conf(topic, masters, reads)
+        return masters
+
+    update_topic = create_topic
+
+    async def _put_order_conf(self, topic: str, masters: list[str], queue_nums: int) -> None:
+        info = await self.cluster_list()
+        by_address = {
+            broker.broker_addrs.get(0): name for name, broker in info.brokers.items()
+        }
+        conf = ";".join(f"{by_address[a]}:{queue_nums}" for a in masters if a in by_address)
+        fields = {"namespace": ORDER_TOPIC_CONFIG_NAMESPACE, "key": topic, "value": conf}
+        for address in self._instance.namesrv_addresses:
+            response = await self._instance.invoke(address, RequestCode.PUT_KV_CONFIG, fields)
+            check_response(response, f"order config of topic {topic!r}", address)
+
+    async def delete_topic(self, topic: str, *, cluster: str | None = None) -> list[str]:
+        """Delete ``topic`` from the brokers (every master of ``cluster``, or those of its
+        route) and then from every name server.
+
+        Returns:
+            The broker addresses the topic was deleted from.
+        """
+        self._check_running()
+        if cluster is not None:
+            masters = await self._masters(cluster, None)
+        else:
+            route = await self._instance.fetch_route(topic)
+            masters = sorted(route.master_addresses().values()) if route else []
+        for address in masters:
+            response = await self._instance.invoke(address, RequestCode.DELETE_TOPIC_IN_BROKER,
+                                                   {"topic": topic})
+            check_response(response, f"delete topic {topic!r}", address)
+        fields = {"topic": topic}
+        if cluster is not None:
+            fields["clusterName"] = cluster
+        for address in self._instance.namesrv_addresses:
+            response = await self._instance.invoke(address, RequestCode.DELETE_TOPIC_IN_NAMESRV,
+                                                   fields)
+            check_response(response, f"delete topic {topic!r} from the name server", address)
+        self._instance.routes.pop(topic, None)
+        return masters
+
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        """The topic's route from the name servers.
+
+        Raises:
+            NoRouteError: the topic is unknown.
+        """
+        self._check_running()
+        route = await self._instance.fetch_route(topic)
+        if route is None:
+            raise NoRouteError(f"topic {topic!r} does not exist on any broker")
+        return route
+
+    async def topic_list(self) -> list[str]:
+        """Every topic the name servers know, sorted."""
+        self._check_running()
+        response = await self._instance.invoke_namesrv(
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER
+        )
+        check_response(response, "topic list", "name server")
+        body = jsonx.loads(response.body or b"{}")
+        return sorted(str(t) for t in (body.get("topicList") or []))
+
+    async def topic_stats(self, topic: str) -> dict[MessageQueue, TopicOffset]:
+        """GET_TOPIC_STATS_INFO from every broker of the topic: min/max offset per queue."""
+        route = await self.topic_route(topic)
+        table: dict[MessageQueue, TopicOffset] = {}
+        for broker_name, address in sorted(route.master_addresses().items()):
+            response = await self._instance.invoke(address, RequestCode.GET_TOPIC_STATS_INFO,
+                                                   {"topic": topic})
+            check_response(response, f"stats of topic {topic!r}", f"{broker_name} ({address})")
+            body = jsonx.loads(response.body or b"{}")
+            for key, value in (body.get("offsetTable") or {}).items():
+                table[message_queue_from_key(key)] = TopicOffset(
+                    min_offset=int(value.get("minOffset", 0)),
+                    max_offset=int(value.get("maxOffset", 0)),
+                    last_update_timestamp=int(value.get("lastUpdateTimestamp", 0)),
+                )
+        return dict(sorted(table.items()))
+
+    # -- groups and offsets ---------------------------------------------------------------
+
+    async def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
+        """GET_CONSUME_STATS from every master: the group's progress and lag per queue.
+
+        Raises:
+            NoRouteError: no broker knows the group (it never committed an offset).
+        """
+        self._check_running()
+        info = await self.cluster_list()
+        stats = ConsumeStats()
+        refusals: list[str] = []
+        fields = {"consumerGroup": group}
+        if topic is not None:
+            fields["topic"] = topic
+        for broker_name, address in sorted(info.master_addresses().items()):
+            try:
+                response = await self._instance.invoke(address, RequestCode.GET_CONSUME_STATS,
+                                                       fields)
+            except RemotingError as e:
+                refusals.append(f"{broker_name}: {e}")
+                continue
+            if response.code != ResponseCode.SUCCESS:
+                refusals.append(f"{broker_name}: {response.remark or response.code}")
+                continue
+            body = jsonx.loads(response.body or b"{}")
+            stats.consume_tps += float(body.get("consumeTps") or 0.0)
+            for key, value in (body.get("offsetTable") or {}).items():
+                stats.offsets[message_queue_from_key(key)] = ConsumeOffset(
+                    broker_offset=int(value.get("brokerOffset", 0)),
+                    consumer_offset=int(value.get("consumerOffset", 0)),
+                    last_timestamp=int(value.get("lastTimestamp", 0)),
+                )
+        if not stats.offsets and refusals:
+            raise NoRouteError(
+                f"no consume stats for group {group!r}: " + "; ".join(refusals)
+            )
+        stats.offsets = dict(sorted(stats.offsets.items()))
+        return stats
+
+    consumer_progress = consume_stats
+
+    async def _queue_master(self, queue: MessageQueue) -> str:
+        self._check_running()
+        return await self._instance.find_master(queue.broker_name, queue.topic)
+
+    async def max_offset(self, queue: MessageQueue) -> int:
+        """The offset the next message of ``queue`` will get."""
+        return await broker_api.max_offset(self._instance, await self._queue_master(queue), queue)
+
+    async def min_offset(self, queue: MessageQueue) -> int:
+        """The oldest offset of ``queue`` still stored."""
+        return await broker_api.min_offset(self._instance, await self._queue_master(queue), queue)
+
+    async def search_offset(self, queue: MessageQueue, timestamp_ms: int) -> int:
+        """The offset of ``queue`` whose message was stored closest to ``timestamp_ms``."""
+        return await broker_api.search_offset(self._instance, await self._queue_master(queue),
+                                              queue, timestamp_ms)
+
+    async def earliest_msg_store_time(self, queue: MessageQueue) -> int:
+        """Store time (ms) of the oldest message of ``queue``."""
+        return await broker_api.earliest_msg_store_time(
+            self._instance, await self._queue_master(queue), queue
+        )
+
+    async def committed_offset(self, group: str, queue: MessageQueue) -> int | None:
+        """``group``'s committed offset of ``queue``; None when it has none."""
+        return await broker_api.query_consumer_offset(
+            self._instance, await self._queue_master(queue), group, queue
+        )
+
+    async def reset_offset_by_time(
+        self, group: str, topic: str, timestamp_ms: int
+    ) -> dict[MessageQueue, int]:
+        """Set ``group``'s offsets in every queue of ``topic`` to the message stored closest to
+        ``timestamp_ms``, by committing them directly (stop the group's consumers first:
+        a running consumer overwrites them with its own position).
+
+        Returns:
+            The new offset of each queue.
+        """
+        route = await self.topic_route(topic)
+        result: dict[MessageQueue, int] = {}
+        for queue in route.subscribe_queues(topic):
+            address = await self._queue_master(queue)
+            offset = await broker_api.search_offset(self._instance, address, queue,
+                                                    timestamp_ms)
+            await broker_api.update_consumer_offset(self._instance, address, group, queue,
+                                                    offset)
+            result[queue] = offset
+        return result
+
+    async def update_subscription_group(
+        self,
+        group: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        **options: Any,
+    ) -> list[str]:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on one broker or every master of a cluster.
+
+        Args:
+            group: the consumer group.
+            options: SubscriptionGroupConfig fields by their RocketMQ names, e.g.
+                ``consumeEnable=False``, ``retryMaxTimes=3``, ``consumeBroadcastEnable=True``.
+
+        Returns:
+            The broker addresses updated.
+        """
+        self._check_running()
+        config: dict[str, Any] = {
+            "brokerId": 0,
+            "consumeBroadcastEnable": True,
+            "consumeEnable": True,
+            "consumeFromMinEnable": True,
+            "groupName": group,
+            "notifyConsumerIdsChangedEnable": True,
+            "retryMaxTimes": 16,
+            "retryQueueNums": 1,
+            "whichBrokerWhenConsumeSlowly": 1,
+        }
+        config.update(options)
+        body = jsonx.dumps(config)
+        masters = await self._masters(cluster, broker_addr)
+        for address in masters:
+            response = await self._instance.invoke(
+                address, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, body
+            )
+            check_response(response, f"update subscription group {group!r}", address)
+        return masters
+
+    # -- messages -------------------------------------------------------------------------
+
+    async def query_message_by_id(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """Find a message by its id: a client id (UNIQ_KEY) or an offset message id.
+
+        With ``topic``, the id is first looked up as a UNIQ_KEY on every master of the topic;
+        then (or without ``topic``) it is read as an offset id and the message fetched from
+        the broker address inside it (VIEW_MESSAGE_BY_ID).
+
+        Raises:
+            NoRouteError: no message has that id.
+            InvalidMessageId: without ``topic``, the id is not an offset message id.
+        """
+        self._check_running()
+        if topic is not None:
+            found = await self._query_all_masters(topic, msg_id, QUERY_MAX_NUM_DEFAULT, 0,
+                                                  QUERY_END_MS_MAX, unique_key=True)
+            for message in found:
+                if message.unique_key == msg_id:
+                    return message
+        try:
+            address, physical_offset = decode_offset_msg_id(msg_id)
+        except InvalidMessageId:
+            if topic is None:
+                raise
+            raise NoRouteError(f"no message of topic {topic!r} has id {msg_id!r}") from None
+        try:
+            message = await broker_api.view_message(self._instance, address, physical_offset,
+                                                    timeout_ms=VIEW_BY_ID_TIMEOUT_MS)
+        except (RemotingError, BrokerRejected) as e:
+            where = f" of topic {topic!r}" if topic else ""
+            raise NoRouteError(
+                f"no message{where} has id {msg_id!r} (read as an offset id it points at "
+                f"{address}, offset {physical_offset}: {e})"
+            ) from None
+        if topic is not None and message.topic != topic:
+            raise NoRouteError(f"no message of topic {topic!r} has id {msg_id!r}")
+        return message
+
+    async def query_message_by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        max_num: int = QUERY_MAX_NUM_DEFAULT,
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` with ``key`` among their KEYS, stored in [begin_ms, end_ms].
+
+        Returns:
+            Up to ``max_num`` messages, oldest store time first (empty when none).
+        """
+        self._check_running()
+        found = await self._query_all_masters(
+            topic, key, max_num, begin_ms, QUERY_END_MS_MAX if end_ms is None else end_ms,
+            unique_key=False,
+        )
+        matched = [m for m in found if key in m.keys]
+        matched.sort(key=lambda m: (m.store_timestamp, m.broker_name, m.queue_offset))
+        return matched[:max_num]
+
+    async def _query_all_masters(
+        self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int, *,
+        unique_key: bool,
+    ) -> list[MessageExt]:
+        route = await self.topic_route(topic)
+        masters = sorted(route.master_addresses().items())
+        results = await asyncio.gather(
+            *(broker_api.query_messages(self._instance, address, topic, key, max_num,
+                                        begin_ms, end_ms, unique_key=unique_key,
+                                        broker_name=name)
+              for name, address in masters),
+            return_exceptions=True,
+        )
+        found: list[MessageExt] = []
+        for (name, address), result in zip(masters, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("query of topic %r by key %r at %s (%s) failed: %s", topic, key,
+                            name, address, result)
+                continue
+            found.extend(result)
+        return found
+
+    async def query_message_by_offset(self, queue: MessageQueue, offset: int) -> MessageExt:
+        """The message at ``offset`` of ``queue`` (a one-message pull as TOOLS_CONSUMER).
+
+        Raises:
+            NoRouteError: no message is stored at that offset.
+        """
+        address = await self._queue_master(queue)
+        result = await broker_api.pull_message(
+            self._instance, address, TOOLS_CONSUMER_GROUP, queue, offset, 1,
+            parse_tag_expression(queue.topic, "*"),
+        )
+        if not result.messages or result.messages[0].queue_offset != offset:
+            raise NoRouteError(
+                f"no message at offset {offset} of {queue} (the queue holds "
+                f"[{result.min_offset}, {result.max_offset}))"
+            )
+        return result.messages[0]
+
+    # -- name-server KV config ------------------------------------------------------------
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
+        """PUT_KV_CONFIG on every name server."""
+        self._check_running()
+        fields = {"namespace": namespace, "key": key, "value": value}
+        for address in self._instance.namesrv_addresses:
+            response = await self._instance.invoke(address, RequestCode.PUT_KV_CONFIG, fields)
+            check_response(response, f"put KV config {namespace}/{key}", address)
+
+    async def get_kv_config(self, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG from a name server; None when absent."""
+        self._check_running()
+        response = await self._instance.invoke_namesrv(
+            RequestCode.GET_KV_CONFIG, {"namespace": namespace, "key": key}
+        )
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        check_response(response, f"get KV config {namespace}/{key}", "name server")
+        return (response.ext_fields or {}).get("value")
+

@@ -1,0 +1,298 @@
+"""Broker requests shared by the consumer and the admin client: pull, offsets, messages by id.
+
+Each function sends one request to one broker address through a ``ClientInstance`` and turns
+the response into Python values, raising ``BrokerRejected`` (with the broker's code and remark)
+for error codes a caller cannot use. Request and response fields are those of
+protocol-notes §4.4, §4.5, §4.12 and §4.13.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from tidemq.client.errors import BrokerRejected
+from tidemq.client.instance import ClientInstance, check_response
+from tidemq.client.message import MessageQueue, PullResult, PullStatus
+from tidemq.client.subscription import EXPRESSION_TYPE_TAG, Subscription
+from tidemq.errors import HeaderFieldError, RemoteProtocolError
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.command import RemotingCommand
+from tidemq.protocol.headers import (
+    GetEarliestMsgStoretimeResponseHeader,
+    PullMessageResponseHeader,
+    QueryConsumerOffsetResponseHeader,
+    SearchOffsetResponseHeader,
+)
+from tidemq.protocol.message import (
+    SYSFLAG_COMPRESSED,
+    SYSFLAG_COMPRESSION_TYPE_MASK,
+    SYSFLAG_COMPRESSION_ZLIB,
+    MessageExt,
+    iter_records,
+)
+
+# PullSysFlag bits (protocol-notes §4.4).
+PULL_COMMIT_OFFSET = 0x1
+PULL_SUSPEND = 0x2
+PULL_SUBSCRIPTION = 0x4
+PULL_LITE = 0x10
+
+# Lite pull consumer timings (protocol-notes §11.5): the broker holds a pull for up to 20 s;
+# the client waits 10 s longer for the answer so a held pull is never cut short by us.
+BROKER_SUSPEND_MAX_MS = 20_000
+PULL_RESPONSE_GRACE_MS = 10_000
+
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+async def pull_message(
+    instance: ClientInstance,
+    address: str,
+    group: str,
+    queue: MessageQueue,
+    offset: int,
+    max_nums: int,
+    subscription: Subscription,
+    *,
+    suspend_timeout_ms: int = 0,
+    timeout_ms: int | None = None,
+) -> PullResult:
+    """PULL_MESSAGE: up to ``max_nums`` messages of ``queue`` from ``offset``.
+
+    The subscription travels with the request (SUBSCRIPTION flag), so no heartbeat is needed
+    first. With ``suspend_timeout_ms`` > 0 the broker may hold the request that long waiting
+    for a message (long polling).
+
+    Returns:
+        The PullResult: FOUND with the decoded messages (bodies decompressed, tag-filtered by
+        string, ``broker_name`` set), or NO_NEW_MSG / NO_MATCHED_MSG / OFFSET_ILLEGAL with
+        where to go next.
+
+    Raises:
+        BrokerRejected: another response code (no permission, unknown topic, ...).
+        RemotingError: transport failure.
+        RemoteProtocolError: the response is malformed.
+    """
+    sysflag = PULL_SUBSCRIPTION | PULL_LITE
+    if suspend_timeout_ms > 0:
+        sysflag |= PULL_SUSPEND
+    fields = {
+        "consumerGroup": group,
+        "topic": queue.topic,
+        "queueId": str(queue.queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": str(max_nums),
+        "sysFlag": str(sysflag),
+        "commitOffset": "0",
+        "suspendTimeoutMillis": str(suspend_timeout_ms),
+        "subscription": subscription.expression,
+        "subVersion": str(subscription.version_ms),
+        "expressionType": EXPRESSION_TYPE_TAG,
+    }
+    if timeout_ms is None:
+        timeout_ms = (suspend_timeout_ms + PULL_RESPONSE_GRACE_MS if suspend_timeout_ms
+                      else instance.request_timeout_ms)
+    response = await instance.invoke(address, RequestCode.PULL_MESSAGE, fields,
+                                     timeout_ms=timeout_ms)
+    return decode_pull_response(response, queue, subscription, address)
+
+
+def decode_pull_response(
+    response: RemotingCommand,
+    queue: MessageQueue,
+    subscription: Subscription | None,
+    address: str = "broker",
+) -> PullResult:
+    """Turn a PULL_MESSAGE response into a PullResult (see ``pull_message``).
+
+    Raises:
+        BrokerRejected: the code is not one of 0, 19, 20, 21.
+        RemoteProtocolError: the header lacks a field or the body does not decode.
+    """
+    status = _PULL_STATUS.get(response.code)
+    if status is None:
+        raise BrokerRejected(f"pull of {queue}", response.code, response.remark, address)
+    try:
+        header = PullMessageResponseHeader.from_ext_fields(response.ext_fields)
+    except HeaderFieldError as e:
+        raise RemoteProtocolError(f"pull response from {address}: {e}") from None
+    messages: list[MessageExt] = []
+    if status is PullStatus.FOUND and response.body:
+        messages = decode_messages(response.body, queue.broker_name)
+        if subscription is not None and not subscription.matches_all:
+            tags = subscription.tags
+            messages = [m for m in messages if m.properties.get("TAGS") in tags]
+    return PullResult(
+        status=status,
+        next_begin_offset=header.next_begin_offset,
+        min_offset=header.min_offset,
+        max_offset=header.max_offset,
+        messages=messages,
+        suggest_which_broker_id=header.suggest_which_broker_id,
+    )
+
+
+def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
+    """Decode concatenated stored records; zlib bodies are decompressed in place.
+
+    Raises:
+        RemoteProtocolError: a record is malformed, or a body does not decompress.
+    """
+    messages = list(iter_records(body))
+    for message in messages:
+        message.broker_name = broker_name
+        if message.sysflag & SYSFLAG_COMPRESSED:
+            _decompress(message)
+    return messages
+
+
+def _decompress(message: MessageExt) -> None:
+    compression = message.sysflag & SYSFLAG_COMPRESSION_TYPE_MASK
+    if compression not in (0, SYSFLAG_COMPRESSION_ZLIB):
+        raise RemoteProtocolError(
+            f"message {message.offset_msg_id} on {message.topic} is compressed with type "
+            f"{compression >> 8} (1 = LZ4, 2 = ZSTD); tidemq reads only zlib bodies"
+        )
+    try:
+        message.body = zlib.decompress(message.body)
+    except zlib.error as e:
+        raise RemoteProtocolError(
+            f"message {message.offset_msg_id} on {message.topic} does not decompress: {e}"
+        ) from None
+    # Cleared so that uncompressed_body() and a re-read do not decompress twice.
+    message.sysflag &= ~(SYSFLAG_COMPRESSED | SYSFLAG_COMPRESSION_TYPE_MASK)
+
+
+# -- offsets ------------------------------------------------------------------------------------
+
+
+def _queue_fields(queue: MessageQueue) -> dict[str, str]:
+    return {"topic": queue.topic, "queueId": str(queue.queue_id)}
+
+
+async def _offset_request(
+    instance: ClientInstance, address: str, code: int, fields: dict[str, str], what: str,
+    field_name: str = "offset",
+) -> int:
+    response = await instance.invoke(address, code, fields)
+    check_response(response, what, address)
+    try:
+        return int((response.ext_fields or {})[field_name])
+    except (KeyError, ValueError):
+        raise RemoteProtocolError(
+            f"{what}: response from {address} lacks a numeric {field_name!r} field"
+        ) from None
+
+
+async def max_offset(instance: ClientInstance, address: str, queue: MessageQueue) -> int:
+    """GET_MAX_OFFSET: the offset the next message of ``queue`` will get."""
+    return await _offset_request(instance, address, RequestCode.GET_MAX_OFFSET,
+                                 _queue_fields(queue), f"max offset of {queue}")
+
+
+async def min_offset(instance: ClientInstance, address: str, queue: MessageQueue) -> int:
+    """GET_MIN_OFFSET: the oldest offset of ``queue`` still stored."""
+    return await _offset_request(instance, address, RequestCode.GET_MIN_OFFSET,
+                                 _queue_fields(queue), f"min offset of {queue}")
+
+
+async def search_offset(
+    instance: ClientInstance, address: str, queue: MessageQueue, timestamp_ms: int
+) -> int:
+    """SEARCH_OFFSET_BY_TIMESTAMP: the offset of the message stored closest to the time."""
+    fields = _queue_fields(queue)
+    fields["timestamp"] = str(timestamp_ms)
+    response = await instance.invoke(address, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, fields)
+    check_response(response, f"offset search by time in {queue}", address)
+    return SearchOffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+
+
+async def earliest_msg_store_time(
+    instance: ClientInstance, address: str, queue: MessageQueue
+) -> int:
+    """GET_EARLIEST_MSG_STORETIME: store time (ms) of the oldest message of ``queue``."""
+    response = await instance.invoke(address, RequestCode.GET_EARLIEST_MSG_STORETIME,
+                                     _queue_fields(queue))
+    check_response(response, f"earliest store time of {queue}", address)
+    return GetEarliestMsgStoretimeResponseHeader.from_ext_fields(response.ext_fields).timestamp
+
+
+async def query_consumer_offset(
+    instance: ClientInstance, address: str, group: str, queue: MessageQueue
+) -> int | None:
+    """QUERY_CONSUMER_OFFSET: ``group``'s committed offset of ``queue``; None when none.
+
+    Raises:
+        BrokerRejected: an error code other than QUERY_NOT_FOUND.
+    """
+    fields = {"consumerGroup": group, **_queue_fields(queue)}
+    response = await instance.invoke(address, RequestCode.QUERY_CONSUMER_OFFSET, fields)
+    if response.code == ResponseCode.QUERY_NOT_FOUND:
+        return None
+    check_response(response, f"committed offset of group {group!r} in {queue}", address)
+    return QueryConsumerOffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+
+
+async def update_consumer_offset(
+    instance: ClientInstance, address: str, group: str, queue: MessageQueue, offset: int
+) -> None:
+    """UPDATE_CONSUMER_OFFSET: store ``offset`` as ``group``'s position in ``queue``."""
+    fields = {"consumerGroup": group, **_queue_fields(queue), "commitOffset": str(offset)}
+    response = await instance.invoke(address, RequestCode.UPDATE_CONSUMER_OFFSET, fields)
+    check_response(response, f"commit of offset {offset} for group {group!r} in {queue}",
+                   address)
+
+
+# -- messages by id and key ---------------------------------------------------------------------
+
+
+async def view_message(
+    instance: ClientInstance, address: str, physical_offset: int, *, timeout_ms: int | None = None
+) -> MessageExt:
+    """VIEW_MESSAGE_BY_ID: the record at ``physical_offset`` of the broker at ``address``."""
+    response = await instance.invoke(address, RequestCode.VIEW_MESSAGE_BY_ID,
+                                     {"offset": str(physical_offset)}, timeout_ms=timeout_ms)
+    check_response(response, f"view of the message at commit-log offset {physical_offset}",
+                   address)
+    messages = decode_messages(response.body or b"")
+    if not messages:
+        raise RemoteProtocolError(f"view of offset {physical_offset} at {address} was empty")
+    return messages[0]
+
+
+async def query_messages(
+    instance: ClientInstance,
+    address: str,
+    topic: str,
+    key: str,
+    max_num: int,
+    begin_ms: int,
+    end_ms: int,
+    *,
+    unique_key: bool,
+    broker_name: str = "",
+) -> list[MessageExt]:
+    """QUERY_MESSAGE: messages of ``topic`` indexed under ``key`` in the time range.
+
+    Returns an empty list when the broker finds none (QUERY_NOT_FOUND). The broker matches by
+    key hash, so callers filter the result by the exact key.
+    """
+    fields = {
+        "topic": topic,
+        "key": key,
+        "maxNum": str(max_num),
+        "beginTimestamp": str(begin_ms),
+        "endTimestamp": str(end_ms),
+        "_UNIQUE_KEY_QUERY": "true" if unique_key else "false",
+    }
+    response = await instance.invoke(address, RequestCode.QUERY_MESSAGE, fields)
+    if response.code == ResponseCode.QUERY_NOT_FOUND:
+        return []
+    check_response(response, f"query of topic {topic!r} by key {key!r}", address)
+    return decode_messages(response.body or b"", broker_name)
+

@@ -1,0 +1,582 @@
+"""Producer: send messages to a topic's queues, one by one, in batches, ordered or oneway.
+
+Theory of operation. ``send`` checks the message (topic name, body size, properties size)
+before anything goes on the wire, gives it a UNIQ_KEY (its client message id), compresses a
+large body (zlib level 5 at >= ``compress_over_bytes``), finds the topic's publish queues (route
+from the name servers, cached and refreshed every 30 s; for a topic the name servers do not
+know, the route of the auto-create template ``TBW102`` with at most
+``default_topic_queue_nums`` queues, so the broker creates the topic on the first send) and
+sends SEND_MESSAGE_V2 (310) to the master of the chosen queue's broker.
+
+Queue choice is round robin, skipping brokers that failed recently (``FaultTracker``).
+A send that fails with a transport error (connect, timeout, closed) or one of the retriable
+response codes of protocol-notes §1.5 is retried up to ``retry_times_when_send_failed`` more
+times on another broker, within the one ``send_timeout_ms`` budget. Other error codes (e.g.
+MESSAGE_ILLEGAL, SYSTEM_BUSY) raise ``BrokerRejected`` at once. Codes 0, 10, 11 and 12 all
+mean "stored" and return a ``SendResult``.
+
+Ordered sends (``sharding_key``, ``queue`` or ``selector``) pick one queue and are never
+retried elsewhere: a message on another queue would break the order the caller asked for.
+
+Many sends may run at once: ``await asyncio.gather(*(producer.send(m) for m in msgs))`` is the
+asynchronous path (RocketMQ's sendAsync), limited only by the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from tidemq.client.batch import check_batch, split_batch
+from tidemq.client.errors import SEND_RETRY_CODES, BrokerRejected, ClientStateError, NoRouteError
+from tidemq.client.instance import (
+    HEARTBEAT_BROKER_INTERVAL_MS,
+    POLL_NAME_SERVER_INTERVAL_MS,
+    REQUEST_TIMEOUT_MS,
+    ClientInstance,
+)
+from tidemq.client.message import (
+    Message,
+    MessageQueue,
+    SendResult,
+    SendStatus,
+    check_properties_size,
+    validate_message,
+)
+from tidemq.client.queue_selection import (
+    FAULT_ISOLATION_MS_DEFAULT,
+    FaultTracker,
+    PublishInfo,
+    RoundRobin,
+    select_by_sharding_key,
+)
+from tidemq.client.route import TopicRouteData
+from tidemq.errors import RemoteProtocolError
+from tidemq.limits import MESSAGE_BODY_SIZE_MAX, group_name_problem
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.command import RemotingCommand
+from tidemq.protocol.message import (
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    SYSFLAG_COMPRESSED,
+    SYSFLAG_COMPRESSION_ZLIB,
+    encode_properties,
+)
+from tidemq.protocol.msgid import new_unique_key
+from tidemq.remoting.errors import RemotingError, RemotingTimeout
+
+log = logging.getLogger("tidemq.client")
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+AUTO_CREATE_TOPIC_KEY = "TBW102"  # RocketMQ's auto-create template topic
+DEFAULT_TOPIC_QUEUE_NUMS = 4  # RocketMQ producer default (protocol-notes §11.3)
+COMPRESS_OVER_BYTES = 4096  # compressMsgBodyOverHowmuch
+COMPRESS_LEVEL = 5  # rocketmq.message.compressLevel
+SEND_TIMEOUT_MS = 3000  # sendMsgTimeout
+RETRY_TIMES_WHEN_SEND_FAILED = 2
+
+_STORED_STATUS = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+# Properties of at most this many characters cannot exceed 32767 bytes in UTF-8 (4 bytes per
+# character at most), so only longer ones need an exact size check.
+_PROPERTIES_CHARS_ALWAYS_OK = 32767 // 4
+
+# Topic names already checked, so a send does not run the name regex again (bounded: a
+# producer writing to very many topics just checks more often).
+VALID_TOPICS_CACHED_MAX = 1024
+
+QueueSelector = Callable[[Sequence[MessageQueue], Message], MessageQueue]
+
+
+def default_namesrv() -> str:
+    """The name server list from $NAMESRV_ADDR (as RocketMQ's tools read it), else local."""
+    return os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
+
+
+class Producer:
+    """Sends messages to tidemq (or RocketMQ 4.x) brokers. Use as ``async with``.
+
+    Args:
+        group: the producer group (RocketMQ rules for names).
+        namesrv: name server addresses ``"host:port;host:port"``; default $NAMESRV_ADDR or
+            127.0.0.1:9876.
+        send_timeout_ms: time budget of one send, its retries included.
+        retry_times_when_send_failed: extra attempts, on other brokers, after a retriable
+            failure.
+        compress_over_bytes: bodies at least this long are zlib-compressed (single sends).
+        compress_level: zlib level.
+        max_message_size: largest body accepted (and largest batch request body).
+        default_topic_queue_nums: queues of a topic auto-created by the first send.
+        instance_name: part of the client id; default ``<pid>#<nanoTime>``.
+        fault_isolation_ms: how long a broker that failed a send is avoided.
+        request_timeout_ms: timeout of name-server and other non-send requests.
+        poll_name_server_interval_ms: how often cached routes are refreshed.
+        heartbeat_broker_interval_ms: how often the group is announced to every master.
+
+    Raises:
+        ValueError: a bad group name or name server address.
+    """
+
+    def __init__(
+        self,
+        group: str = "DEFAULT_PRODUCER",
+        namesrv: str | Iterable[str] | None = None,
+        *,
+        send_timeout_ms: int = SEND_TIMEOUT_MS,
+        retry_times_when_send_failed: int = RETRY_TIMES_WHEN_SEND_FAILED,
+        compress_over_bytes: int = COMPRESS_OVER_BYTES,
+        compress_level: int = COMPRESS_LEVEL,
+        max_message_size: int = MESSAGE_BODY_SIZE_MAX,
+        default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
+        instance_name: str | None = None,
+        fault_isolation_ms: int = FAULT_ISOLATION_MS_DEFAULT,
+        request_timeout_ms: int = REQUEST_TIMEOUT_MS,
+        poll_name_server_interval_ms: int = POLL_NAME_SERVER_INTERVAL_MS,
+        heartbeat_broker_interval_ms: int = HEARTBEAT_BROKER_INTERVAL_MS,
+    ):
+        problem = group_name_problem(group)
+        if problem is not None:
+            raise ValueError(f"producer {problem}")
+        if retry_times_when_send_failed < 0:
+            raise ValueError("retry_times_when_send_failed must be >= 0")
+        self.group = group
+        self.send_timeout_ms = send_timeout_ms
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.compress_over_bytes = compress_over_bytes
+        self.compress_level = compress_level
+        self.max_message_size = max_message_size
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.faults = FaultTracker(fault_isolation_ms)
+        self._instance = ClientInstance(
+            namesrv if namesrv is not None else default_namesrv(),
+            instance_name=instance_name,
+            request_timeout_ms=request_timeout_ms,
+            poll_name_server_interval_ms=poll_name_server_interval_ms,
+            heartbeat_broker_interval_ms=heartbeat_broker_interval_ms,
+        )
+        self._instance.route_listeners.append(self._route_changed)
+        self._instance.heartbeat_sources.append(self._heartbeat_data)
+        self._publish: dict[str, PublishInfo] = {}
+        self._route_lookups: dict[str, asyncio.Future[PublishInfo]] = {}
+        self._known_masters: set[str] = set()
+        self._valid_topics: set[str] = set()
+        self._default_topic_queue_nums_text = str(default_topic_queue_nums)
+        self._state = "new"
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    @property
+    def client_id(self) -> str:
+        """This producer's client id, ``<ip>@<instance name>``."""
+        return self._instance.client_id
+
+    async def start(self) -> None:
+        """Start background route refresh and heartbeats. Idempotent.
+
+        Raises:
+            ClientStateError: the producer was closed.
+        """
+        if self._state == "running":
+            return
+        if self._state == "closed":
+            raise ClientStateError("producer is closed; create a new one")
+        await self._instance.start()
+        self._state = "running"
+
+    async def close(self) -> None:
+        """Unregister from the brokers and close all connections. Idempotent."""
+        if self._state == "closed":
+            return
+        was_running = self._state == "running"
+        self._state = "closed"
+        if was_running:
+            with contextlib.suppress(TimeoutError, RemotingError):
+                await asyncio.wait_for(self._instance.unregister(producer_group=self.group),
+                                       self._instance.request_timeout_ms / 1000)
+        await self._instance.close()
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _check_running(self) -> None:
+        if self._state != "running":
+            raise ClientStateError(
+                f"producer {self.group!r} is {self._state}; call start() (or use "
+                "'async with Producer(...)') before sending"
+            )
+
+    # -- sending ---------------------------------------------------------------------------
+
+    async def send(
+        self,
+        message: Message,
+        *,
+        sharding_key: str | None = None,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        timeout_ms: int | None = None,
+    ) -> SendResult:
+        """Send one message and wait until the broker stored it.
+
+        Args:
+            message: the message; it gets a UNIQ_KEY property unless it has one.
+            sharding_key: send to the queue this key hashes to (ordered per key).
+            queue: send to exactly this queue.
+            selector: ``selector(queues, message) -> queue`` picks the queue.
+            timeout_ms: overall budget; ``send_timeout_ms`` by default.
+
+        Returns:
+            The SendResult; its status says how durable the store was.
+
+        Raises:
+            InvalidTopicName, InvalidMessage, MessageTooLarge: the message fails a check;
+                nothing was sent.
+            NoRouteError: no broker serves the topic and it cannot be auto-created.
+            BrokerRejected: the broker refused the message (``.code``, ``.remark``).
+            RemotingError: every attempt failed in transport (timeout, connect, closed).
+            ClientStateError: the producer is not started.
+        """
+        self._check_running()
+        self._validate(message)
+        properties = message.properties
+        unique_key = properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if unique_key is None:
+            unique_key = properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = new_unique_key()
+        body, sysflag = self._maybe_compress(message.body)
+        properties_text = encode_properties(properties)
+        if len(properties_text) > _PROPERTIES_CHARS_ALWAYS_OK:
+            check_properties_size(message.topic, properties_text)
+        topic = message.topic
+        fields = {
+            "a": self.group,
+            "b": topic,
+            "c": AUTO_CREATE_TOPIC_KEY,
+            "d": self._default_topic_queue_nums_text,
+            "e": "0",
+            "f": str(sysflag),
+            "g": str(time.time_ns() // 1_000_000),
+            "h": str(message.flag),
+            "i": properties_text,
+        }
+        return await self._send_request(
+            RequestCode.SEND_MESSAGE_V2, topic, fields, body, unique_key, message,
+            sharding_key, queue, selector, timeout_ms,
+        )
+
+    async def send_batch(
+        self,
+        messages: Sequence[Message],
+        *,
+        sharding_key: str | None = None,
+        queue: MessageQueue | None = None,
+        timeout_ms: int | None = None,
+    ) -> list[SendResult]:
+        """Send messages of one topic as SEND_BATCH_MESSAGE requests.
+
+        The list is split into request-sized chunks (each at most ``max_message_size`` bytes
+        encoded), sent one after the other in order. Each chunk is stored atomically on one
+        queue; ``sharding_key`` or ``queue`` put every chunk on the same queue.
+
+        Returns:
+            One SendResult per chunk (request), in order: ``msg_id`` / ``offset_msg_id`` hold
+            the ids of its messages joined by ``,`` (``msg_ids`` splits them); ``queue_offset``
+            is the offset of the chunk's first message, the others follow consecutively.
+
+        Raises:
+            InvalidMessage: an empty list, several topics, a delay level, a retry topic.
+            InvalidTopicName, MessageTooLarge: as ``send``.
+            BrokerRejected, RemotingError, NoRouteError: as ``send``. Chunks sent before the
+                failure stay stored; the error's ``sent`` attribute lists their results.
+        """
+        self._check_running()
+        topic = check_batch(messages, self.max_message_size)
+        chunks = split_batch(messages, new_unique_key, self.max_message_size)
+        results: list[SendResult] = []
+        for chunk in chunks:
+            fields = {
+                "a": self.group,
+                "b": topic,
+                "c": AUTO_CREATE_TOPIC_KEY,
+                "d": self._default_topic_queue_nums_text,
+                "e": "0",
+                "f": "0",
+                "g": str(time.time_ns() // 1_000_000),
+                "h": "0",
+                "m": "true",
+            }
+            try:
+                result = await self._send_request(
+                    RequestCode.SEND_BATCH_MESSAGE, topic, fields, chunk.body,
+                    ",".join(chunk.unique_keys), None, sharding_key, queue, None, timeout_ms,
+                )
+            except Exception as e:
+                e.sent = results  # type: ignore[attr-defined]
+                raise
+            results.append(result)
+        return results
+
+    async def send_oneway(
+        self,
+        message: Message,
+        *,
+        sharding_key: str | None = None,
+        queue: MessageQueue | None = None,
+    ) -> None:
+        """Send one message without waiting for the broker's answer (no result, no retry).
+
+        Returns once the request is written to the connection; the broker may still refuse
+        or lose it. Use for logs and metrics where throughput beats certainty.
+
+        Raises:
+            InvalidTopicName, InvalidMessage, MessageTooLarge, NoRouteError, RemotingError:
+                as ``send`` (transport errors only when the request could not be written).
+        """
+        self._check_running()
+        self._validate(message)
+        properties = message.properties
+        if PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in properties:
+            properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = new_unique_key()
+        body, sysflag = self._maybe_compress(message.body)
+        properties_text = encode_properties(properties)
+        if len(properties_text) > _PROPERTIES_CHARS_ALWAYS_OK:
+            check_properties_size(message.topic, properties_text)
+        info = await self._publish_info(message.topic)
+        target = self._choose_queue(info, message, sharding_key, queue, None, None)
+        address = await self._instance.find_master(target.broker_name, message.topic)
+        fields = {
+            "a": self.group, "b": message.topic, "c": AUTO_CREATE_TOPIC_KEY,
+            "d": self._default_topic_queue_nums_text, "e": str(target.queue_id),
+            "f": str(sysflag), "g": str(time.time_ns() // 1_000_000), "h": str(message.flag),
+            "i": properties_text, "n": target.broker_name,
+        }
+        request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body, oneway=True)
+        await self._instance.remoting.invoke_oneway(address, request, self.send_timeout_ms)
+
+    def _validate(self, message: Message) -> None:
+        body_size = len(message.body)
+        if message.topic in self._valid_topics and 0 < body_size <= self.max_message_size:
+            return  # the common case: a topic already checked, a body within bounds
+        validate_message(message, self.max_message_size)
+        if len(self._valid_topics) < VALID_TOPICS_CACHED_MAX:
+            self._valid_topics.add(message.topic)
+
+    def _maybe_compress(self, body: bytes) -> tuple[bytes, int]:
+        if len(body) < self.compress_over_bytes:
+            return body, 0
+        compressed = zlib.compress(body, self.compress_level)
+        if len(compressed) >= len(body):
+            return body, 0  # incompressible: sending it compressed only costs the consumer
+        return compressed, SYSFLAG_COMPRESSED | SYSFLAG_COMPRESSION_ZLIB
+
+    async def _send_request(
+        self,
+        code: int,
+        topic: str,
+        fields: dict[str, str],
+        body: bytes,
+        msg_id: str,
+        message: Message | None,
+        sharding_key: str | None,
+        queue: MessageQueue | None,
+        selector: QueueSelector | None,
+        timeout_ms: int | None,
+    ) -> SendResult:
+        loop = asyncio.get_running_loop()
+        budget_s = (timeout_ms if timeout_ms is not None else self.send_timeout_ms) / 1000
+        deadline = loop.time() + budget_s
+        info = await self._publish_info(topic)
+        ordered = sharding_key is not None or queue is not None or selector is not None
+        attempts = 1 if ordered else 1 + self.retry_times_when_send_failed
+        failed_broker: str | None = None
+        last_error: Exception | None = None
+        remoting = self._instance.remoting
+        for attempt in range(attempts):
+            if ordered:
+                target = self._choose_queue(info, message, sharding_key, queue, selector, None)
+            else:
+                target = info.round_robin.select(info.queues, self.faults, failed_broker)
+            broker_name = target.broker_name
+            address = self._instance.master_address(broker_name)
+            if address is None:
+                address = await self._instance.find_master(broker_name, topic)
+            remaining_ms = int((deadline - loop.time()) * 1000)
+            if remaining_ms <= 0:
+                break
+            if attempt:
+                fields = dict(fields)  # the previous request may still hold the old dict
+            fields["e"] = str(target.queue_id)
+            fields["n"] = broker_name
+            request = RemotingCommand.request(code, fields, body)
+            started = loop.time()
+            try:
+                response = await remoting.invoke(address, request, remaining_ms)
+            except RemotingError as e:
+                last_error = e
+                failed_broker = broker_name
+                self.faults.mark_failed(broker_name)
+                self._instance.refresh_route_soon(topic)
+                log.info("send to %s (%s) failed, attempt %d of %d: %s", broker_name, address,
+                         attempt + 1, attempts, e)
+                continue
+            status = _STORED_STATUS.get(response.code)
+            if status is not None:
+                self.faults.record_latency(broker_name, (loop.time() - started) * 1000)
+                return _send_result(status, response, msg_id, topic, broker_name, address)
+            error = BrokerRejected(
+                f"send to topic {topic!r} queue {target.queue_id}", response.code,
+                response.remark, f"{broker_name} ({address})",
+            )
+            if response.code not in SEND_RETRY_CODES:
+                raise error
+            last_error = error
+            failed_broker = broker_name
+            self.faults.mark_failed(broker_name)
+            self._instance.refresh_route_soon(topic)
+            log.info("send to %s refused, attempt %d of %d: %s", broker_name, attempt + 1,
+                     attempts, error)
+        if last_error is not None:
+            raise last_error
+        raise RemotingTimeout(
+            f"send to topic {topic!r} used its whole timeout of {budget_s * 1000:.0f} ms "
+            "before a broker could be tried (send_timeout_ms)"
+        )
+
+    def _choose_queue(
+        self,
+        info: PublishInfo,
+        message: Message | None,
+        sharding_key: str | None,
+        queue: MessageQueue | None,
+        selector: QueueSelector | None,
+        avoid_broker: str | None,
+    ) -> MessageQueue:
+        if queue is not None:
+            return queue
+        if sharding_key is not None:
+            return select_by_sharding_key(info.queues, sharding_key)
+        if selector is not None:
+            chosen = selector(list(info.queues), message)  # type: ignore[arg-type]
+            if not isinstance(chosen, MessageQueue):
+                raise TypeError(
+                    f"queue selector returned {chosen!r}; it must return one of the "
+                    "MessageQueue objects it was given"
+                )
+            return chosen
+        return info.round_robin.select(info.queues, self.faults, avoid_broker)
+
+    # -- routes ----------------------------------------------------------------------------
+
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        """The publish queues of ``topic`` this producer would send to (routes fetched once).
+
+        Raises:
+            NoRouteError: no broker serves the topic and it cannot be auto-created.
+        """
+        self._check_running()
+        return list((await self._publish_info(topic)).queues)
+
+    async def _publish_info(self, topic: str) -> PublishInfo:
+        info = self._publish.get(topic)
+        if info is not None and info.queues:
+            return info
+        lookup = self._route_lookups.get(topic)
+        if lookup is None:
+            # One lookup per topic however many sends wait for it.
+            lookup = asyncio.ensure_future(self._look_up_publish_info(topic))
+            self._route_lookups[topic] = lookup
+            lookup.add_done_callback(lambda _: self._route_lookups.pop(topic, None))
+        return await asyncio.shield(lookup)
+
+    async def _look_up_publish_info(self, topic: str) -> PublishInfo:
+        route = await self._instance.fetch_route(topic)
+        from_default = False
+        if route is None or not route.publish_queues(topic):
+            template = await self._instance.fetch_route(AUTO_CREATE_TOPIC_KEY)
+            if template is None or not template.publish_queues(topic):
+                raise NoRouteError(
+                    f"no broker serves topic {topic!r} and auto-creation is unavailable (the "
+                    f"name servers {';'.join(self._instance.namesrv_addresses)} have no "
+                    f"writable {AUTO_CREATE_TOPIC_KEY} route); create the topic with "
+                    f"'tidemq admin updateTopic -t {topic} -c <cluster>' or start the broker "
+                    "with --autoCreateTopicEnable true"
+                )
+            route = template.with_queue_nums_capped(self.default_topic_queue_nums)
+            from_default = True
+            self._instance.topics_of_interest.add(topic)
+        info = self._publish.get(topic)
+        queues = route.publish_queues(topic)
+        if info is None:
+            info = PublishInfo(queues, RoundRobin(_random_start()), from_default,
+                               bool(route.order_topic_conf))
+            self._publish[topic] = info
+        else:
+            info.queues = queues
+            info.from_default_topic = from_default
+        self._heartbeat_new_masters()
+        return info
+
+    def _route_changed(self, topic: str, route: TopicRouteData) -> None:
+        info = self._publish.get(topic)
+        if info is not None:
+            queues = route.publish_queues(topic)
+            if queues:
+                info.queues = queues
+                info.from_default_topic = False
+                info.order_topic = bool(route.order_topic_conf)
+        self._heartbeat_new_masters()
+
+    def _heartbeat_new_masters(self) -> None:
+        masters = set(self._instance.master_addresses())
+        if masters - self._known_masters and self._state == "running":
+            self._known_masters = masters
+            self._instance.spawn(self._instance.send_heartbeat())
+
+    def _heartbeat_data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return [{"groupName": self.group}], []
+
+
+def _random_start() -> int:
+    # Producers started together should not all hit queue 0 first.
+    return int.from_bytes(os.urandom(2), "big")
+
+
+def _send_result(
+    status: SendStatus,
+    response: RemotingCommand,
+    msg_id: str,
+    topic: str,
+    broker_name: str,
+    address: str,
+) -> SendResult:
+    ext = response.ext_fields or {}
+    try:
+        queue_id = int(ext["queueId"])
+        queue_offset = int(ext["queueOffset"])
+        offset_msg_id = ext["msgId"]
+    except (KeyError, ValueError) as e:
+        raise RemoteProtocolError(
+            f"send response from {broker_name} ({address}) lacks a valid {e} header field"
+        ) from None
+    return SendResult(
+        status=status,
+        msg_id=msg_id,
+        offset_msg_id=offset_msg_id,
+        queue=MessageQueue(topic, broker_name, queue_id),
+        queue_offset=queue_offset,
+        region=ext.get("MSG_REGION"),
+        trace_on=ext.get("TRACE_ON", "true") != "false",
+        transaction_id=ext.get("transactionId"),
+    )

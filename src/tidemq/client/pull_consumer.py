@@ -1,0 +1,829 @@
+"""PullConsumer: the "lite pull" consumer — poll messages, commit offsets, seek.
+
+Theory of operation
+-------------------
+Queues come from one of two modes:
+
+- ``subscribe(topic, expression)``: the group shares the topic's queues (protocol-notes §12,
+  the same rule Java consumers use). The consumer heartbeats its subscriptions to every
+  master (CONSUME_ACTIVELY), asks a broker for the group's members, and takes its block of
+  queues; it re-balances every 20 s and when a broker announces a membership change
+  (NOTIFY_CONSUMER_IDS_CHANGED).
+- ``assign(queues)``: exactly these queues, no group coordination.
+
+Each assigned queue has a fetch task that pulls (PULL_MESSAGE, ``pull_batch_size`` at a time,
+long polling when the queue is drained) into a shared in-memory buffer, bounded per queue
+(``pull_threshold_for_queue``) and in all (``pull_threshold_for_all``). ``poll`` hands out what
+is buffered, in pull order per queue. Each queue keeps
+
+- its *fetch position*: the next offset to pull;
+- its *consumed position*: the offset after the last message ``poll`` returned (messages a tag
+  filter dropped count as consumed).
+
+Where a queue starts: its committed offset (QUERY_CONSUMER_OFFSET); with none, ``consume_from``
+decides: LAST -> the queue's max offset, FIRST -> its min offset, TIMESTAMP -> the offset
+stored closest to ``consume_timestamp_ms``. (As in RocketMQ, a broker answers "offset 0" for a
+new group on a queue whose min offset is 0, so a new group reads an untrimmed queue from the
+start whatever ``consume_from`` says.) A pull answered OFFSET_ILLEGAL (the offset fell out of
+[min, max], e.g. after retention) moves the queue to the broker's next offset, with a WARNING.
+
+Offsets: ``commit()`` stages the consumed positions (or given offsets); staged offsets are sent
+(UPDATE_CONSUMER_OFFSET to the queue's master) every ``auto_commit_interval_ms`` and at
+``close``. With ``auto_commit`` (the default) the consumed positions are staged automatically
+each round, so what ``poll`` returned counts as consumed by the next commit. ``commit_sync``
+sends at once and raises on failure.
+
+``seek*`` moves a queue's positions: buffered messages of that queue are dropped and its fetch
+task restarts from the new offset. Everything runs on one event loop; nothing is thread-safe
+(``tidemq.sync.PullConsumer`` is the thread-friendly twin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidemq.client import broker_api
+from tidemq.client.errors import ClientStateError, InvalidSubscription, NoRouteError
+from tidemq.client.instance import (
+    HEARTBEAT_BROKER_INTERVAL_MS,
+    POLL_NAME_SERVER_INTERVAL_MS,
+    REQUEST_TIMEOUT_MS,
+    ClientInstance,
+)
+from tidemq.client.message import MessageQueue, PullResult, PullStatus
+from tidemq.client.producer import default_namesrv
+from tidemq.client.rebalance import allocate_averagely
+from tidemq.client.subscription import Subscription, parse_tag_expression
+from tidemq.errors import ClientError, InvalidTopicName, TidemqError
+from tidemq.limits import group_name_problem, topic_name_problem
+from tidemq.protocol import jsonx
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.command import RemotingCommand
+from tidemq.protocol.message import MessageExt
+from tidemq.remoting.errors import RemotingError
+
+log = logging.getLogger("tidemq.client")
+
+PULL_BATCH_SIZE = 32  # pullBatchSize; the broker sends at most 32 per pull from memory anyway
+PULL_THRESHOLD_FOR_QUEUE = 1000  # RocketMQ pullThresholdForQueue (messages buffered per queue)
+PULL_THRESHOLD_FOR_ALL = 10_000  # RocketMQ lite pull pullThresholdForAll
+MAX_POLL_RECORDS = 1024  # messages one poll() returns at most
+AUTO_COMMIT_INTERVAL_MS = 5000  # persistConsumerOffsetInterval
+REBALANCE_INTERVAL_MS = 20_000  # rocketmq.client.rebalance.waitInterval
+CONSUME_TIMESTAMP_AGO_MS = 30 * 60 * 1000  # consumeTimestamp default: half an hour ago
+# Back-off after a failed pull: RocketMQ waits 3 s after a broker error; a transport error
+# (broker restarting) is retried a little sooner.
+PULL_DELAY_AFTER_BROKER_ERROR_S = 3.0
+PULL_DELAY_AFTER_TRANSPORT_ERROR_S = 1.0
+
+
+class ConsumeFrom(enum.Enum):
+    """Where a queue without a committed offset starts (RocketMQ ConsumeFromWhere)."""
+
+    LAST = "CONSUME_FROM_LAST_OFFSET"
+    FIRST = "CONSUME_FROM_FIRST_OFFSET"
+    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+    @classmethod
+    def parse(cls, value: ConsumeFrom | str) -> ConsumeFrom:
+        """Accept a member, its name (``"LAST"``) or RocketMQ's name (``CONSUME_FROM_...``).
+
+        Raises:
+            ValueError: anything else, naming the accepted values.
+        """
+        if isinstance(value, ConsumeFrom):
+            return value
+        text = str(value).strip().upper()
+        for member in cls:
+            if text in (member.name, member.value):
+                return member
+        raise ValueError(
+            f"consume_from={value!r}: expected one of LAST, FIRST, TIMESTAMP "
+            "(or CONSUME_FROM_LAST_OFFSET, CONSUME_FROM_FIRST_OFFSET, CONSUME_FROM_TIMESTAMP)"
+        )
+
+
+@dataclass(eq=False)
+class _QueueState:
+    queue: MessageQueue
+    subscription: Subscription
+    fetch_offset: int | None = None
+    consumed_offset: int | None = None
+    buffered: int = 0
+    epoch: int = 0
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass(slots=True)
+class _Batch:
+    state: _QueueState
+    epoch: int
+    messages: list[MessageExt]
+    next_offset: int
+    start: int = 0
+
+
+@dataclass
+class _Commits:
+    staged: dict[MessageQueue, int] = field(default_factory=dict)
+    sent: dict[MessageQueue, int] = field(default_factory=dict)
+
+
+class PullConsumer:
+    """Polls messages from subscribed or assigned queues. Use as ``async with``.
+
+    Args:
+        group: the consumer group (offsets are stored per group).
+        namesrv: name server addresses; default $NAMESRV_ADDR or 127.0.0.1:9876.
+        consume_from: where queues without a committed offset start (``ConsumeFrom`` or
+            "LAST" / "FIRST" / "TIMESTAMP").
+        consume_timestamp_ms: the time for TIMESTAMP; default half an hour ago.
+        auto_commit: stage consumed positions automatically (see the module docstring).
+        auto_commit_interval_ms: how often staged offsets are sent to the brokers.
+        pull_batch_size: messages asked for per pull.
+        max_poll_records: messages one ``poll`` returns at most.
+        pull_threshold_for_queue / pull_threshold_for_all: buffering bounds (messages).
+        long_polling_suspend_ms: how long a broker may hold a pull on a drained queue.
+        rebalance_interval_ms: how often the group's queues are re-shared (subscribe mode).
+        instance_name: part of the client id.
+        request_timeout_ms: timeout of non-pull requests.
+        poll_name_server_interval_ms / heartbeat_broker_interval_ms: as for ``Producer``.
+
+    Raises:
+        ValueError: a bad group name, name server address or option.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv: str | Iterable[str] | None = None,
+        *,
+        consume_from: ConsumeFrom | str = ConsumeFrom.LAST,
+        consume_timestamp_ms: int | None = None,
+        auto_commit: bool = True,
+        auto_commit_interval_ms: int = AUTO_COMMIT_INTERVAL_MS,
+        pull_batch_size: int = PULL_BATCH_SIZE,
+        max_poll_records: int = MAX_POLL_RECORDS,
+        pull_threshold_for_queue: int = PULL_THRESHOLD_FOR_QUEUE,
+        pull_threshold_for_all: int = PULL_THRESHOLD_FOR_ALL,
+        long_polling_suspend_ms: int = broker_api.BROKER_SUSPEND_MAX_MS,
+        rebalance_interval_ms: int = REBALANCE_INTERVAL_MS,
+        instance_name: str | None = None,
+        request_timeout_ms: int = REQUEST_TIMEOUT_MS,
+        poll_name_server_interval_ms: int = POLL_NAME_SERVER_INTERVAL_MS,
+        heartbeat_broker_interval_ms: int = HEARTBEAT_BROKER_INTERVAL_MS,
+    ):
+        problem = group_name_problem(group)
+        if problem is not None:
+            raise ValueError(f"consumer {problem}")
+        for name, value in (("pull_batch_size", pull_batch_size),
+                            ("max_poll_records", max_poll_records),
+                            ("pull_threshold_for_queue", pull_threshold_for_queue),
+                            ("pull_threshold_for_all", pull_threshold_for_all)):
+            if value < 1:
+                raise ValueError(f"{name}={value}: it must be at least 1")
+        self.group = group
+        self.consume_from = ConsumeFrom.parse(consume_from)
+        self.consume_timestamp_ms = (
+            consume_timestamp_ms
+            if consume_timestamp_ms is not None
+            else int(time.time() * 1000) - CONSUME_TIMESTAMP_AGO_MS
+        )
+        self.auto_commit = auto_commit
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.pull_batch_size = pull_batch_size
+        self.max_poll_records = max_poll_records
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_for_all = pull_threshold_for_all
+        self.long_polling_suspend_ms = long_polling_suspend_ms
+        self.rebalance_interval_ms = rebalance_interval_ms
+        self._instance = ClientInstance(
+            namesrv if namesrv is not None else default_namesrv(),
+            instance_name=instance_name,
+            request_timeout_ms=request_timeout_ms,
+            poll_name_server_interval_ms=poll_name_server_interval_ms,
+            heartbeat_broker_interval_ms=heartbeat_broker_interval_ms,
+        )
+        self._instance.heartbeat_sources.append(self._heartbeat_data)
+        self._instance.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                         self._on_consumer_ids_changed)
+        self._mode: str | None = None  # "subscribe" or "assign"
+        self._subscriptions: dict[str, Subscription] = {}
+        self._states: dict[MessageQueue, _QueueState] = {}
+        self._buffer: collections.deque[_Batch] = collections.deque()
+        self._buffered = 0
+        self._data_ready: asyncio.Event | None = None
+        self._space_freed: asyncio.Event | None = None
+        self._commits = _Commits()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._rebalance_requested: asyncio.Event | None = None
+        self._state = "new"
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    @property
+    def client_id(self) -> str:
+        """This consumer's client id, ``<ip>@<instance name>``."""
+        return self._instance.client_id
+
+    async def start(self) -> None:
+        """Start fetching: resolve assignments, begin pulls, heartbeats and auto commit.
+
+        Raises:
+            ClientStateError: the consumer was closed.
+        """
+        if self._state == "running":
+            return
+        if self._state == "closed":
+            raise ClientStateError("consumer is closed; create a new one")
+        self._data_ready = asyncio.Event()
+        self._space_freed = asyncio.Event()
+        self._rebalance_requested = asyncio.Event()
+        await self._instance.start()
+        self._state = "running"
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._commit_loop()))
+        self._tasks.append(loop.create_task(self._rebalance_loop()))
+        for state in self._states.values():
+            self._start_fetch(state)
+        if self._mode == "subscribe":
+            await self._rebalance_quietly()
+
+    async def close(self) -> None:
+        """Commit what is staged (and consumed, with auto commit), leave the group, close.
+
+        Idempotent; commit failures at close are logged, not raised.
+        """
+        if self._state == "closed":
+            return
+        was_running = self._state == "running"
+        self._state = "closed"
+        pending = list(self._tasks) + [s.task for s in self._states.values() if s.task]
+        for task in self._tasks:
+            task.cancel()
+        for state in self._states.values():
+            self._stop_fetch(state)
+        for task in pending:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if was_running:
+            if self.auto_commit:
+                self._stage_consumed()
+            try:
+                await self._send_commits()
+            except Exception as e:
+                log.warning("consumer %s: committing offsets at close failed: %s",
+                            self.group, e)
+            if self._mode == "subscribe":
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._instance.unregister(consumer_group=self.group),
+                                           self._instance.request_timeout_ms / 1000)
+        await self._instance.close()
+
+    async def __aenter__(self) -> PullConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _check_running(self) -> None:
+        if self._state != "running":
+            raise ClientStateError(
+                f"consumer {self.group!r} is {self._state}; call start() (or use "
+                "'async with PullConsumer(...)') first"
+            )
+
+    # -- what to consume -------------------------------------------------------------------
+
+    def subscribe(self, topic: str, expression: str | None = "*") -> None:
+        """Consume ``topic`` (tags matching ``expression``) sharing its queues with the group.
+
+        May be called before or after ``start``; a running consumer re-balances at once.
+
+        Raises:
+            InvalidSubscription: the consumer already uses ``assign``, or a bad expression.
+            InvalidTopicName: a bad topic name.
+        """
+        self._check_topic(topic)
+        if self._mode == "assign":
+            raise InvalidSubscription(
+                "this consumer uses assign(); subscribe() and assign() cannot be mixed"
+            )
+        self._mode = "subscribe"
+        self._subscriptions[topic] = parse_tag_expression(topic, expression)
+        if self._state == "running":
+            self._request_rebalance()
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop consuming ``topic`` (its queues are released at the next re-balance)."""
+        self._subscriptions.pop(topic, None)
+        if self._state == "running":
+            self._request_rebalance()
+
+    def assign(self, queues: Iterable[MessageQueue], expression: str | None = "*") -> None:
+        """Consume exactly ``queues`` (no group coordination), filtered by ``expression``.
+
+        Replaces any previous assignment; queues kept keep their positions.
+
+        Raises:
+            InvalidSubscription: the consumer already uses ``subscribe``, or a bad expression.
+        """
+        if self._mode == "subscribe":
+            raise InvalidSubscription(
+                "this consumer uses subscribe(); subscribe() and assign() cannot be mixed"
+            )
+        self._mode = "assign"
+        wanted = list(dict.fromkeys(queues))
+        subscriptions: dict[str, Subscription] = {}
+        for queue in wanted:
+            if queue.topic not in subscriptions:
+                self._check_topic(queue.topic)
+                subscriptions[queue.topic] = parse_tag_expression(queue.topic, expression)
+        self._subscriptions = subscriptions
+        self._set_assignment(wanted)
+
+    def assignment(self) -> list[MessageQueue]:
+        """The queues this consumer currently reads, sorted."""
+        return sorted(self._states)
+
+    def subscription(self) -> dict[str, str]:
+        """Topic -> tag expression of what this consumer consumes."""
+        return {topic: sub.expression for topic, sub in self._subscriptions.items()}
+
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        """All readable queues of ``topic`` (from the name servers), sorted.
+
+        Raises:
+            NoRouteError: no broker serves the topic.
+        """
+        self._check_running()
+        route = await self._instance.route(topic, refresh=True)
+        if route is None:
+            raise NoRouteError(f"no broker serves topic {topic!r}; create it first")
+        return route.subscribe_queues(topic)
+
+    @staticmethod
+    def _check_topic(topic: str) -> None:
+        problem = topic_name_problem(topic)
+        if problem is not None:
+            raise InvalidTopicName(problem)
+
+    # -- polling ---------------------------------------------------------------------------
+
+    async def poll(self, timeout_ms: int = 1000) -> list[MessageExt]:
+        """Return buffered messages, waiting up to ``timeout_ms`` for the first one.
+
+        Returns:
+            Up to ``max_poll_records`` messages (queue order kept per queue; each message's
+            ``broker_name`` and ``queue_id`` name its queue), or an empty list on timeout.
+
+        Raises:
+            ClientStateError: not started.
+            InvalidSubscription: nothing subscribed or assigned.
+        """
+        self._check_running()
+        if self._mode is None:
+            raise InvalidSubscription("nothing to poll: call subscribe() or assign() first")
+        assert self._data_ready is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0, timeout_ms) / 1000
+        while True:
+            messages = self._drain(self.max_poll_records)
+            if messages:
+                return messages
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            self._data_ready.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._data_ready.wait()
+
+    def _drain(self, limit: int) -> list[MessageExt]:
+        out: list[MessageExt] = []
+        buffer = self._buffer
+        while buffer and len(out) < limit:
+            batch = buffer[0]
+            state = batch.state
+            if batch.epoch != state.epoch:
+                buffer.popleft()  # the queue was sought or released since this was fetched
+                continue
+            available = len(batch.messages) - batch.start
+            take = min(available, limit - len(out))
+            if take:
+                end = batch.start + take
+                out.extend(batch.messages[batch.start:end])
+                batch.start = end
+                state.buffered -= take
+                self._buffered -= take
+            if batch.start >= len(batch.messages):
+                buffer.popleft()
+                state.consumed_offset = batch.next_offset
+            else:
+                state.consumed_offset = batch.messages[batch.start - 1].queue_offset + 1
+        if out and self._space_freed is not None:
+            self._space_freed.set()
+        return out
+
+    # -- fetching --------------------------------------------------------------------------
+
+    def _start_fetch(self, state: _QueueState) -> None:
+        if self._state != "running" or state.task is not None:
+            return
+        state.task = asyncio.get_running_loop().create_task(
+            self._fetch_loop(state, state.epoch), name=f"tidemq-fetch-{state.queue}"
+        )
+
+    def _stop_fetch(self, state: _QueueState) -> None:
+        state.epoch += 1
+        if state.task is not None:
+            state.task.cancel()
+            state.task = None
+        self._purge(state)
+
+    def _purge(self, state: _QueueState) -> None:
+        if state.buffered:
+            self._buffered -= state.buffered
+            state.buffered = 0
+            self._buffer = collections.deque(b for b in self._buffer if b.state is not state)
+
+    async def _fetch_loop(self, state: _QueueState, epoch: int) -> None:
+        queue = state.queue
+        assert self._data_ready is not None and self._space_freed is not None
+        while state.epoch == epoch:
+            try:
+                if state.fetch_offset is None:
+                    offset = await self._starting_offset(queue)
+                    if state.epoch != epoch:
+                        return
+                    state.fetch_offset = offset
+                    if state.consumed_offset is None:
+                        state.consumed_offset = offset
+                while (state.buffered >= self.pull_threshold_for_queue
+                       or self._buffered >= self.pull_threshold_for_all):
+                    self._space_freed.clear()
+                    await self._space_freed.wait()
+                    if state.epoch != epoch:
+                        return
+                result = await self._pull_for(state)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the queue keeps being fetched whatever went wrong
+                transport = isinstance(e, RemotingError)
+                if isinstance(e, TidemqError):
+                    log.warning("consumer %s: pull of %s failed: %s", self.group, queue, e)
+                else:
+                    log.exception("consumer %s: pull of %s failed", self.group, queue)
+                await asyncio.sleep(PULL_DELAY_AFTER_TRANSPORT_ERROR_S if transport
+                                    else PULL_DELAY_AFTER_BROKER_ERROR_S)
+                continue
+            if state.epoch != epoch:
+                return
+            self._take_result(state, epoch, result)
+
+    async def _pull_for(self, state: _QueueState) -> PullResult:
+        queue = state.queue
+        address = self._instance.read_address(queue.broker_name)
+        if address is None:
+            await self._instance.fetch_route(queue.topic)
+            address = self._instance.read_address(queue.broker_name)
+            if address is None:
+                raise NoRouteError(f"no address known for broker {queue.broker_name!r}")
+        assert state.fetch_offset is not None
+        return await broker_api.pull_message(
+            self._instance, address, self.group, queue, state.fetch_offset,
+            self.pull_batch_size, state.subscription,
+            suspend_timeout_ms=self.long_polling_suspend_ms,
+        )
+
+    def _take_result(self, state: _QueueState, epoch: int, result: PullResult) -> None:
+        status = result.status
+        if status is PullStatus.NO_NEW_MSG:
+            state.fetch_offset = result.next_begin_offset
+            return
+        if status is PullStatus.OFFSET_ILLEGAL:
+            log.warning(
+                "consumer %s: offset %s of %s is outside [%d, %d]; moving to %d",
+                self.group, state.fetch_offset, state.queue, result.min_offset,
+                result.max_offset, result.next_begin_offset,
+            )
+        state.fetch_offset = result.next_begin_offset
+        messages = result.messages
+        # Even with nothing to hand out (filtered, moved), the batch moves the consumed
+        # position in queue order once poll() reaches it.
+        self._buffer.append(_Batch(state, epoch, messages, result.next_begin_offset))
+        if messages:
+            state.buffered += len(messages)
+            self._buffered += len(messages)
+        assert self._data_ready is not None
+        self._data_ready.set()
+
+    async def _starting_offset(self, queue: MessageQueue) -> int:
+        address = await self._instance.find_master(queue.broker_name, queue.topic)
+        try:
+            committed = await broker_api.query_consumer_offset(
+                self._instance, address, self.group, queue
+            )
+        except RemotingError:
+            raise
+        except ClientError as e:  # RocketMQ treats any broker error as "no offset"
+            log.info("consumer %s: no committed offset for %s (%s)", self.group, queue, e)
+            committed = None
+        if committed is not None and committed >= 0:
+            return committed
+        if self.consume_from is ConsumeFrom.FIRST:
+            return await broker_api.min_offset(self._instance, address, queue)
+        if self.consume_from is ConsumeFrom.LAST:
+            return await broker_api.max_offset(self._instance, address, queue)
+        return await broker_api.search_offset(self._instance, address, queue,
+                                              self.consume_timestamp_ms)
+
+    # -- low-level pull --------------------------------------------------------------------
+
+    async def pull(
+        self,
+        queue: MessageQueue,
+        offset: int,
+        max_nums: int = PULL_BATCH_SIZE,
+        *,
+        expression: str | None = "*",
+        suspend_timeout_ms: int = 0,
+        timeout_ms: int | None = None,
+    ) -> PullResult:
+        """Pull once from ``queue`` at ``offset``, outside polling and offset bookkeeping.
+
+        Args:
+            queue: the queue.
+            offset: the queue offset to read from.
+            max_nums: messages at most (the broker caps a pull at 32 from memory).
+            expression: tag expression; non-matching messages are left out (the result's
+                ``next_begin_offset`` still moves past them).
+            suspend_timeout_ms: > 0 lets the broker hold the pull that long when the queue
+                has nothing new (long polling).
+            timeout_ms: request timeout (default: request timeout, or the hold plus 10 s).
+
+        Returns:
+            The PullResult (status, next_begin_offset, min/max offset, messages).
+
+        Raises:
+            BrokerRejected, RemotingError, NoRouteError, ClientStateError.
+        """
+        self._check_running()
+        address = self._instance.read_address(queue.broker_name)
+        if address is None:
+            await self._instance.fetch_route(queue.topic)
+            address = self._instance.read_address(queue.broker_name)
+            if address is None:
+                raise NoRouteError(
+                    f"no address known for broker {queue.broker_name!r} of topic "
+                    f"{queue.topic!r}; is it registered with the name server?"
+                )
+        subscription = parse_tag_expression(queue.topic, expression)
+        return await broker_api.pull_message(
+            self._instance, address, self.group, queue, offset, max_nums, subscription,
+            suspend_timeout_ms=suspend_timeout_ms, timeout_ms=timeout_ms,
+        )
+
+    # -- positions and commits -------------------------------------------------------------
+
+    def position(self, queue: MessageQueue) -> int | None:
+        """The offset after the last message ``poll`` returned from ``queue`` (None: unknown).
+
+        Raises:
+            InvalidSubscription: ``queue`` is not assigned to this consumer.
+        """
+        return self._state_of(queue).consumed_offset
+
+    def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
+        """Stage offsets to commit: the consumed positions, or ``offsets`` (queue -> the next
+        offset to consume). They are sent with the next periodic commit or at ``close``."""
+        if offsets is None:
+            self._stage_consumed()
+        else:
+            self._commits.staged.update(offsets)
+
+    async def commit_sync(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
+        """Stage like ``commit`` and send every staged offset now.
+
+        Raises:
+            BrokerRejected / RemotingError / NoRouteError: a commit failed (it stays staged and
+                is retried by the next periodic commit).
+        """
+        self._check_running()
+        self.commit(offsets)
+        await self._send_commits()
+
+    async def committed(self, queue: MessageQueue) -> int | None:
+        """The group's offset for ``queue`` as stored on the broker; None when none is.
+
+        Raises:
+            BrokerRejected / RemotingError / NoRouteError.
+        """
+        self._check_running()
+        address = await self._instance.find_master(queue.broker_name, queue.topic)
+        return await broker_api.query_consumer_offset(self._instance, address, self.group,
+                                                      queue)
+
+    def _stage_consumed(self) -> None:
+        for queue, state in self._states.items():
+            if state.consumed_offset is not None:
+                self._commits.staged[queue] = state.consumed_offset
+
+    async def _send_commits(self) -> None:
+        commits = self._commits
+        todo = {q: o for q, o in commits.staged.items() if commits.sent.get(q) != o}
+        if not todo:
+            return
+
+        async def send_one(queue: MessageQueue, offset: int) -> None:
+            address = await self._instance.find_master(queue.broker_name, queue.topic)
+            await broker_api.update_consumer_offset(self._instance, address, self.group,
+                                                    queue, offset)
+            commits.sent[queue] = offset
+
+        results = await asyncio.gather(*(send_one(q, o) for q, o in todo.items()),
+                                       return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.auto_commit_interval_ms / 1000)
+            if self.auto_commit:
+                self._stage_consumed()
+            try:
+                await self._send_commits()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("consumer %s: periodic offset commit failed: %s", self.group, e)
+
+    # -- seeking ---------------------------------------------------------------------------
+
+    async def seek(self, queue: MessageQueue, offset: int) -> None:
+        """Make ``queue`` continue at ``offset`` (buffered messages of it are dropped).
+
+        Raises:
+            InvalidSubscription: ``queue`` is not assigned.
+            ValueError: a negative offset.
+        """
+        if offset < 0:
+            raise ValueError(f"offset {offset} is negative")
+        state = self._state_of(queue)
+        self._stop_fetch(state)
+        state.fetch_offset = offset
+        state.consumed_offset = offset
+        self._start_fetch(state)
+
+    async def seek_to_beginning(self, queue: MessageQueue | None = None) -> None:
+        """Seek ``queue`` (or every assigned queue) to its min offset."""
+        for target in self._targets(queue):
+            address = await self._instance.find_master(target.broker_name, target.topic)
+            await self.seek(target, await broker_api.min_offset(self._instance, address, target))
+
+    async def seek_to_end(self, queue: MessageQueue | None = None) -> None:
+        """Seek ``queue`` (or every assigned queue) to its max offset (only new messages)."""
+        for target in self._targets(queue):
+            address = await self._instance.find_master(target.broker_name, target.topic)
+            await self.seek(target, await broker_api.max_offset(self._instance, address, target))
+
+    async def seek_to_timestamp(self, queue: MessageQueue | None, timestamp_ms: int) -> None:
+        """Seek ``queue`` (or every assigned queue, for None) to the offset stored closest to
+        ``timestamp_ms`` (SEARCH_OFFSET_BY_TIMESTAMP)."""
+        for target in self._targets(queue):
+            address = await self._instance.find_master(target.broker_name, target.topic)
+            offset = await broker_api.search_offset(self._instance, address, target,
+                                                    timestamp_ms)
+            await self.seek(target, offset)
+
+    def _targets(self, queue: MessageQueue | None) -> list[MessageQueue]:
+        self._check_running()
+        if queue is None:
+            return self.assignment()
+        self._state_of(queue)
+        return [queue]
+
+    def _state_of(self, queue: MessageQueue) -> _QueueState:
+        state = self._states.get(queue)
+        if state is None:
+            raise InvalidSubscription(
+                f"queue {queue} is not assigned to consumer {self.group!r}; assigned: "
+                f"{', '.join(map(str, self.assignment())) or 'none'}"
+            )
+        return state
+
+    # -- assignment and re-balancing ---------------------------------------------------------
+
+    def _set_assignment(self, queues: Iterable[MessageQueue]) -> None:
+        wanted = set(queues)
+        for queue in [q for q in self._states if q not in wanted]:
+            state = self._states.pop(queue)
+            if state.consumed_offset is not None and self.auto_commit:
+                self._commits.staged[queue] = state.consumed_offset
+            self._stop_fetch(state)
+        for queue in sorted(wanted - set(self._states)):
+            subscription = self._subscriptions[queue.topic]
+            state = _QueueState(queue, subscription)
+            self._states[queue] = state
+            self._start_fetch(state)
+        for state in self._states.values():
+            # a changed expression applies from the next pull on
+            state.subscription = self._subscriptions[state.queue.topic]
+
+    def _request_rebalance(self) -> None:
+        if self._rebalance_requested is not None:
+            self._rebalance_requested.set()
+
+    async def _rebalance_loop(self) -> None:
+        assert self._rebalance_requested is not None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.rebalance_interval_ms / 1000):
+                    await self._rebalance_requested.wait()
+            self._rebalance_requested.clear()
+            if self._mode == "subscribe":
+                await self._rebalance_quietly()
+
+    async def _rebalance_quietly(self) -> None:
+        try:
+            await self.rebalance()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning("consumer %s: re-balance failed: %s", self.group, e)
+
+    async def rebalance(self) -> None:
+        """Re-compute this member's queues now (subscribe mode; also runs every 20 s).
+
+        A topic whose route or member list cannot be fetched keeps its current queues.
+        """
+        if self._mode != "subscribe":
+            return
+        for topic in self._subscriptions:
+            await self._instance.route(topic)
+        await self._instance.send_heartbeat()
+        mine: list[MessageQueue] = []
+        for topic in list(self._subscriptions):
+            try:
+                mine.extend(await self._allocate(topic))
+            except (RemotingError, ClientError) as e:
+                log.warning("consumer %s: re-balance of topic %r failed, keeping its queues: %s",
+                            self.group, topic, e)
+                mine.extend(q for q in self._states if q.topic == topic)
+        before = set(self._states)
+        self._set_assignment(mine)
+        if set(self._states) != before:
+            log.info("consumer %s (%s) now reads %d queues: %s", self.group, self.client_id,
+                     len(self._states), ", ".join(map(str, self.assignment())))
+
+    async def _allocate(self, topic: str) -> list[MessageQueue]:
+        route = await self._instance.route(topic, refresh=True)
+        if route is None:
+            raise NoRouteError(f"no broker serves topic {topic!r}")
+        queues = route.subscribe_queues(topic)
+        masters = sorted(route.master_addresses().values())
+        if not queues or not masters:
+            return []
+        members = await self._group_members(masters[hash(self.client_id) % len(masters)])
+        if self.client_id not in members:
+            members.append(self.client_id)  # our heartbeat may not have landed yet
+        return allocate_averagely(queues, members, self.client_id)
+
+    async def _group_members(self, address: str) -> list[str]:
+        response = await self._instance.invoke(address, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                                               {"consumerGroup": self.group})
+        if response.code != ResponseCode.SUCCESS:
+            return []
+        body = jsonx.loads(response.body or b"{}")
+        return [str(m) for m in (body.get("consumerIdList") or [])]
+
+    async def _on_consumer_ids_changed(
+        self, request: RemotingCommand, connection: object
+    ) -> RemotingCommand | None:
+        log.info("consumer %s: broker says the group's members changed; re-balancing",
+                 self.group)
+        self._request_rebalance()
+        return None
+
+    def _heartbeat_data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        if self._mode != "subscribe":
+            return [], []
+        consumer = {
+            "consumeFromWhere": self.consume_from.value,
+            "consumeType": "CONSUME_ACTIVELY",
+            "groupName": self.group,
+            "messageModel": "CLUSTERING",
+            "subscriptionDataSet": [s.to_json() for s in self._subscriptions.values()],
+            "unitMode": False,
+        }
+        return [], [consumer]

@@ -1,0 +1,279 @@
+"""RemotingClient: request/response to many addresses, one connection each.
+
+A connection to an address ("host:port") is opened on first use and kept; after it closes
+(peer gone, idle, malformed frame) the next use opens a new one. Callers that arrive while a
+connect is under way share that one attempt. The server may send requests back over the same
+connection (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE, GET_CONSUMER_RUNNING_INFO);
+handlers registered here serve them, exactly as on a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+
+from tidemq.limits import FRAME_SIZE_MAX
+from tidemq.protocol.command import RemotingCommand
+from tidemq.remoting.connection import (
+    IDLE_TIMEOUT_S,
+    MAX_IN_FLIGHT_PER_CONNECTION,
+    Connection,
+    ConnectionEvent,
+    ConnectionListener,
+    check_limits,
+)
+from tidemq.remoting.dispatch import MAX_PENDING_PER_HANDLER, Handler, RequestDispatcher
+from tidemq.remoting.errors import RemotingClosed, RemotingConnectError, RemotingTimeout
+
+log = logging.getLogger("tidemq.remoting")
+
+# RocketMQ's connectTimeoutMillis default.
+CONNECT_TIMEOUT_MS = 3000
+
+
+class RemotingClient:
+    """Sends requests to remoting servers by address, one lazily opened connection each.
+
+    Args:
+        connect_timeout_ms: how long opening a connection may take.
+        frame_size_max: largest frame accepted from a server.
+        idle_timeout_s: close a connection after this long without traffic (it is reopened
+            on the next use).
+        max_in_flight_per_connection: server-sent requests handled at once per connection.
+
+    Attributes:
+        connection_listeners: callables ``(event, connection)`` told when a connection opens
+            and when it has closed.
+    """
+
+    def __init__(
+        self,
+        *,
+        connect_timeout_ms: int = CONNECT_TIMEOUT_MS,
+        frame_size_max: int = FRAME_SIZE_MAX,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        max_in_flight_per_connection: int = MAX_IN_FLIGHT_PER_CONNECTION,
+    ) -> None:
+        check_limits(
+            idle_timeout_s=idle_timeout_s, max_in_flight_per_connection=max_in_flight_per_connection
+        )
+        self.connect_timeout_ms = connect_timeout_ms
+        self._frame_size_max = frame_size_max
+        self._idle_timeout_s = idle_timeout_s
+        self._max_in_flight = max_in_flight_per_connection
+        self._dispatcher = RequestDispatcher()
+        self._connections: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Task[Connection]] = {}
+        self._closed = False
+        self.connection_listeners: list[ConnectionListener] = []
+
+    def register(
+        self, code: int, handler: Handler, *, max_pending: int = MAX_PENDING_PER_HANDLER
+    ) -> None:
+        """Serve requests the server sends with ``code`` by ``handler``.
+
+        Same contract as ``RemotingServer.register``; unknown codes are answered with
+        REQUEST_CODE_NOT_SUPPORTED.
+        """
+        self._dispatcher.register(code, handler, max_pending=max_pending)
+
+    def register_default(
+        self, handler: Handler, *, max_pending: int = MAX_PENDING_PER_HANDLER
+    ) -> None:
+        """Serve every server-sent code that has no handler of its own by ``handler``."""
+        self._dispatcher.register_default(handler, max_pending=max_pending)
+
+    @property
+    def connections(self) -> dict[str, Connection]:
+        """The open connections by address (a copy)."""
+        return dict(self._connections)
+
+    async def get_connection(self, addr: str, timeout_ms: int | None = None) -> Connection:
+        """The open connection to ``addr``, opening one if there is none.
+
+        Args:
+            addr: ``"host:port"`` (``"[v6]:port"`` for IPv6 literals).
+            timeout_ms: connect timeout; ``connect_timeout_ms`` when None.
+
+        Raises:
+            RemotingConnectError: the address is malformed (not retriable), or the connection
+                was refused, unreachable or not made within the timeout.
+            RemotingClosed: the client is closed.
+        """
+        connection = self._connections.get(addr)
+        if connection is not None and not connection.is_closing:
+            return connection
+        if self._closed:
+            raise RemotingClosed(f"client is closed; cannot connect to {addr}")
+        attempt = self._connecting.get(addr)
+        if attempt is None:
+            attempt = asyncio.get_running_loop().create_task(self._connect(addr))
+            self._connecting[addr] = attempt
+            attempt.add_done_callback(lambda task: self._connect_finished(addr, task))
+        timeout_s = (self.connect_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+        try:
+            # shield: one caller giving up must not cancel the attempt the others share
+            async with asyncio.timeout(timeout_s):
+                return await asyncio.shield(attempt)
+        except TimeoutError:
+            raise RemotingConnectError(
+                f"connecting to {addr} took longer than {timeout_s * 1000:.0f} ms "
+                "(connect_timeout_ms or the request's timeout)"
+            ) from None
+
+    async def invoke(
+        self, addr: str, command: RemotingCommand, timeout_ms: int = 3000
+    ) -> RemotingCommand:
+        """Send a request to ``addr`` and wait for its response.
+
+        ``timeout_ms`` covers connecting (when needed) and the round trip.
+
+        Returns:
+            The response, whatever its code.
+
+        Raises:
+            RemotingConnectError: no connection could be made.
+            RemotingTimeout: no response within ``timeout_ms``.
+            RemotingClosed: the connection closed before the response arrived.
+        """
+        loop = asyncio.get_running_loop()
+        connection = self._connections.get(addr)
+        if connection is None or connection.is_closing:
+            started = loop.time()
+            connection = await self.get_connection(addr, min(self.connect_timeout_ms, timeout_ms))
+            timeout_ms = max(0, timeout_ms - int((loop.time() - started) * 1000))
+            if timeout_ms == 0:
+                raise RemotingTimeout(
+                    f"connecting to {addr} used the whole timeout; {command.describe()} not sent"
+                )
+        return await connection.request(command, timeout_ms)
+
+    async def invoke_oneway(
+        self, addr: str, command: RemotingCommand, timeout_ms: int = 3000
+    ) -> None:
+        """Send a request that gets no response (sets its oneway flag).
+
+        Raises:
+            RemotingConnectError: no connection could be made.
+            RemotingTimeout: the connection's write buffer stayed full for ``timeout_ms``.
+            RemotingClosed: the connection is closed.
+        """
+        connection = self._connections.get(addr)
+        if connection is None or connection.is_closing:
+            connection = await self.get_connection(addr, min(self.connect_timeout_ms, timeout_ms))
+        await connection.send_oneway(command, timeout_ms)
+
+    def close_connection(self, addr: str) -> None:
+        """Close the connection to ``addr`` if there is one; the next use opens a new one."""
+        connection = self._connections.pop(addr, None)
+        if connection is not None:
+            connection.close("closed by the client")
+
+    async def close(self, grace_s: float = 1.0) -> None:
+        """Close every connection and stop serving server-sent requests. Idempotent.
+
+        Requests still waiting fail with ``RemotingClosed``.
+        """
+        self._closed = True
+        for attempt in list(self._connecting.values()):
+            attempt.cancel()
+        if self._connecting:
+            await asyncio.wait(list(self._connecting.values()))
+        connections = list(self._connections.values())
+        self._connections.clear()
+        for connection in connections:
+            connection.close("client closing")
+        if connections:
+            waits = [asyncio.ensure_future(c.wait_closed()) for c in connections]
+            _, not_done = await asyncio.wait(waits, timeout=grace_s)
+            for connection in connections:
+                if not connection.closed.is_set():
+                    connection.abort("client closing")
+            if not_done:
+                await asyncio.wait(not_done)
+        await self._dispatcher.cancel_all()
+
+    async def __aenter__(self) -> RemotingClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    async def _connect(self, addr: str) -> Connection:
+        host, port = _split_address(addr)
+        loop = asyncio.get_running_loop()
+        factory = functools.partial(self._new_connection, addr)
+        try:
+            async with asyncio.timeout(self.connect_timeout_ms / 1000):
+                _, connection = await loop.create_connection(factory, host, port)
+        except TimeoutError:
+            raise RemotingConnectError(
+                f"connecting to {addr} took longer than connect_timeout_ms="
+                f"{self.connect_timeout_ms}"
+            ) from None
+        except OSError as exc:
+            raise RemotingConnectError(f"cannot connect to {addr}: {exc.strerror or exc}") from exc
+        if self._closed:  # close() ran while we were connecting
+            connection.abort("client closing")
+            raise RemotingClosed(f"client is closed; connection to {addr} dropped")
+        return connection
+
+    def _connect_finished(self, addr: str, attempt: asyncio.Task[Connection]) -> None:
+        if self._connecting.get(addr) is attempt:
+            del self._connecting[addr]
+        if attempt.cancelled():
+            return
+        if attempt.exception() is not None:  # retrieved here: every waiter may have left
+            return
+        connection = attempt.result()
+        if not connection.is_closing:
+            self._connections[addr] = connection
+
+    def _new_connection(self, addr: str) -> Connection:
+        return Connection(
+            self._dispatcher,
+            frame_size_max=self._frame_size_max,
+            idle_timeout_s=self._idle_timeout_s,
+            max_in_flight=self._max_in_flight,
+            on_open=functools.partial(self._connection_opened, addr),
+        )
+
+    def _connection_opened(self, addr: str, connection: Connection) -> None:
+        log.debug("connected to %s from %s", addr, connection.local_address)
+        connection.on_close.append(functools.partial(self._connection_closed, addr))
+        self._tell_listeners(ConnectionEvent.OPEN, connection)
+
+    def _connection_closed(self, addr: str, connection: Connection) -> None:
+        if self._connections.get(addr) is connection:
+            del self._connections[addr]
+        log.debug("connection to %s closed: %s", addr, connection.close_reason)
+        self._tell_listeners(ConnectionEvent.CLOSE, connection)
+
+    def _tell_listeners(self, event: ConnectionEvent, connection: Connection) -> None:
+        for listener in self.connection_listeners:
+            try:
+                listener(event, connection)
+            except Exception:
+                log.exception(
+                    "connection listener %r failed on %s of %s",
+                    listener,
+                    event,
+                    connection.remote_address,
+                )
+
+
+def _split_address(addr: str) -> tuple[str, int]:
+    host, sep, port_text = addr.rpartition(":")
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not sep or not host or not 0 < port < 65536:
+        raise RemotingConnectError(
+            f"address {addr!r} is not host:port (e.g. 127.0.0.1:10911)", retriable=False
+        )
+    return host, port

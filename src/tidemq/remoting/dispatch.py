@@ -1,0 +1,221 @@
+"""Request dispatch: which handler serves a request code, bounded per handler.
+
+A handler is ``async def handler(request, connection) -> RemotingCommand | None``. Each
+request runs as its own task, so a handler that awaits (a disk flush, a long poll) does not
+hold up the others. What the handler returns is written back as the response, with the
+request's opaque, the response flag and the request's serialize type filled in (RocketMQ's
+processor contract), so handlers may build responses either with
+``RemotingCommand.response_to`` or plainly. Returning None means "no response now": the
+handler has answered, or will answer later, with ``connection.send_response`` (RocketMQ's
+suspended pull); for a oneway request nothing is ever sent.
+
+Outcomes the peer sees (protocol-notes §1.5):
+
+- no handler for the code and no default: REQUEST_CODE_NOT_SUPPORTED (3), remark
+  ``" request type <code> not supported"``;
+- the handler already has ``max_pending`` requests running: SYSTEM_BUSY (2), remark
+  ``"[REJECTREQUEST]system busy, ..."`` naming the code and the limit;
+- the handler raised: SYSTEM_ERROR (1), remark a short description of the exception (the
+  traceback goes to the log).
+
+Oneway requests never get any of these; a refusal is only logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, request_code_name
+from tidemq.protocol.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from tidemq.remoting.connection import Connection
+
+log = logging.getLogger("tidemq.remoting")
+
+Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
+
+# RocketMQ's broker queues at most 10,000 sends (sendThreadPoolQueueCapacity) before it
+# answers SYSTEM_BUSY; the same bound suits any one handler here.
+MAX_PENDING_PER_HANDLER = 10_000
+
+# A SYSTEM_ERROR remark is for a human reading a client log, not a traceback dump.
+ERROR_REMARK_LENGTH_MAX = 512
+
+
+class _Route:
+    __slots__ = ("code", "handler", "max_pending", "pending")
+
+    def __init__(self, code: int | None, handler: Handler, max_pending: int) -> None:
+        self.code = code
+        self.handler = handler
+        self.max_pending = max_pending
+        self.pending = 0
+
+
+class RequestDispatcher:
+    """Runs the handler registered for each incoming request and writes its response.
+
+    Shared by every connection of one server (or one client); the pending counts are per
+    handler across all of them.
+    """
+
+    def __init__(self) -> None:
+        self._routes: dict[int, _Route] = {}
+        self._default: _Route | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def register(
+        self, code: int, handler: Handler, *, max_pending: int = MAX_PENDING_PER_HANDLER
+    ) -> None:
+        """Serve requests with ``code`` by ``handler``, at most ``max_pending`` at once.
+
+        Registering a code again replaces its handler (and resets its pending count for new
+        requests; those already running finish under the old route).
+
+        Raises:
+            ValueError: ``max_pending`` is below 1.
+        """
+        self._routes[int(code)] = _Route(int(code), handler, _checked_max_pending(max_pending))
+
+    def register_default(
+        self, handler: Handler, *, max_pending: int = MAX_PENDING_PER_HANDLER
+    ) -> None:
+        """Serve every code without its own handler by ``handler``."""
+        self._default = _Route(None, handler, _checked_max_pending(max_pending))
+
+    @property
+    def running(self) -> int:
+        """Handler tasks not finished yet, over all connections."""
+        return len(self._tasks)
+
+    def dispatch(self, request: RemotingCommand, connection: Connection) -> None:
+        """Serve ``request`` from ``connection``; calls ``connection._request_done`` once."""
+        route = self._routes.get(request.code, self._default)
+        if route is None:
+            _refuse(
+                request,
+                connection,
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f" request type {request.code} not supported",
+            )
+            return
+        if route.pending >= route.max_pending:
+            _refuse(request, connection, ResponseCode.SYSTEM_BUSY, _busy_remark(request, route))
+            return
+        route.pending += 1
+        task = connection._loop.create_task(_serve(route, request, connection))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait_idle(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for every running handler to finish.
+
+        Returns:
+            How many are still running at the end (0 when all finished).
+        """
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        return len(self._tasks)
+
+    async def cancel_all(self) -> None:
+        """Cancel every running handler and wait for them to end."""
+        tasks = set(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+
+async def _serve(route: _Route, request: RemotingCommand, connection: Connection) -> None:
+    try:
+        try:
+            response = await route.handler(request, connection)
+        except Exception as exc:
+            log.exception(
+                "handler for %s from %s failed", request.describe(), connection.remote_address
+            )
+            response = RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=describe_exception(exc))
+        if response is None:
+            return
+        if request.flag & FLAG_ONEWAY:
+            log.debug(
+                "handler answered oneway %s from %s; response dropped",
+                request.describe(),
+                connection.remote_address,
+            )
+            return
+        response.opaque = request.opaque
+        response.flag |= FLAG_RESPONSE
+        response.serialize_type = request.serialize_type
+        try:
+            connection.send_response(response)
+        except Exception as exc:  # the response cannot be encoded: say so instead
+            log.exception(
+                "response to %s for %s cannot be sent",
+                request.describe(),
+                connection.remote_address,
+            )
+            connection.send_response(
+                RemotingCommand.response_to(
+                    request,
+                    ResponseCode.SYSTEM_ERROR,
+                    remark=f"response cannot be encoded: {describe_exception(exc)}",
+                )
+            )
+    finally:
+        route.pending -= 1
+        connection._request_done()
+
+
+def _refuse(request: RemotingCommand, connection: Connection, code: int, remark: str) -> None:
+    try:
+        if request.flag & FLAG_ONEWAY:
+            log.debug(
+                "oneway %s from %s refused: %s",
+                request.describe(),
+                connection.remote_address,
+                remark,
+            )
+        else:
+            connection.send_response(RemotingCommand.response_to(request, code, remark=remark))
+    finally:
+        connection._request_done()
+
+
+def _busy_remark(request: RemotingCommand, route: _Route) -> str:
+    name = request_code_name(request.code)
+    label = name if name.startswith("code ") else f"{name} (code {request.code})"
+    return (
+        f"[REJECTREQUEST]system busy, {route.pending} requests of {label} are already being "
+        f"handled, the limit (max_pending) is {route.max_pending}; try again later"
+    )
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"<Type>: <message> (at <file>:<line> in <function>)"`` for a SYSTEM_ERROR remark.
+
+    The place is the innermost frame of the traceback, which is usually what a maintainer
+    reading the client's log needs first.
+    """
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    traceback = exc.__traceback__
+    if traceback is not None:
+        while traceback.tb_next is not None:
+            traceback = traceback.tb_next
+        code = traceback.tb_frame.f_code
+        where = f"{os.path.basename(code.co_filename)}:{traceback.tb_lineno}"
+        text += f" (at {where} in {code.co_name})"
+    if len(text) > ERROR_REMARK_LENGTH_MAX:
+        text = text[: ERROR_REMARK_LENGTH_MAX - 3] + "..."
+    return text
+
+
+def _checked_max_pending(max_pending: int) -> int:
+    if max_pending < 1:
+        raise ValueError(f"max_pending is {max_pending}; it must be at least 1")
+    return max_pending

@@ -1,0 +1,234 @@
+"""Fixtures for broker tests: a BrokerController on a store in a tmp dir, and ways to talk to it.
+
+- ``make_broker(**broker_config_overrides, store_kind="memory"|"file", store_overrides=...)``
+  builds a ``BrokerController`` (not started) on a ``MemoryMessageStore`` (default) or a
+  ``FileMessageStore`` with small segments, in its own tmp dir, listening on port 0 once
+  started. Every broker made is shut down at teardown.
+- ``broker``: ``make_broker()``.
+- ``handlers``: ``handlers(broker)`` -> a ``HandlerTable`` holding exactly the handlers the
+  controller registers on its server; ``await table.ask(request, peer)`` calls the handler
+  of ``request.code`` in-process (the admin processor answers codes nobody serves).
+- ``FakePeer``: stands in for a ``Connection`` when a handler is called directly (a remote
+  address, ``attributes``, ``on_close``); use the loopback link for anything more.
+- ``serve``: ``async with serve(broker) as link`` starts the broker on a real loopback
+  RemotingServer, yields a ``BrokerLink`` whose ``invoke(request)`` goes over TCP through a
+  RemotingClient, and shuts the broker down at the end.
+- ``fake_namesrv``: ``async with fake_namesrv() as ns`` runs a real RemotingServer on
+  127.0.0.1 port 0 that records REGISTER_BROKER / UNREGISTER_BROKER requests and answers
+  SUCCESS (or ``ns.answer_code``); ``await ns.wait_registrations(n)`` waits (bounded) until n
+  registrations arrived.
+
+Tests run coroutines with ``asyncio.run`` inside plain test functions (no pytest-asyncio).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidemq.broker.config import BrokerConfig
+from tidemq.broker.controller import BrokerController
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.command import RemotingCommand
+from tidemq.remoting.client import RemotingClient
+from tidemq.remoting.server import RemotingServer
+from tidemq.store.config import StoreConfig
+
+# Small files so a FileMessageStore in a test creates kilobytes, not gigabytes: 8 MiB commit
+# log segments hold the largest message a test sends (4 MiB + headers).
+TEST_STORE_SETTINGS: dict[str, Any] = {
+    "mapped_file_size_commit_log": 8 * 1024 * 1024,
+    "mapped_file_size_consume_queue": 20 * 1024,
+    "max_hash_slot_num": 1024,
+    "max_index_num": 4096,
+}
+
+# Bound on any wait for something a test expects to happen (never a timing assertion).
+WAIT_BOUND_S = 10.0
+
+
+class FakePeer:
+    """The parts of a Connection a handler reads when called directly."""
+
+    def __init__(self, remote_address: str = "127.0.0.1:40001") -> None:
+        self.remote_address = remote_address
+        self.attributes: dict[str, Any] = {}
+        self.on_close: list[Callable[[Any], None]] = []
+        self.is_closing = False
+
+
+class HandlerTable:
+    """Collects ``register``/``register_default`` calls, as a RemotingServer would."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[int, Any] = {}
+        self.default: Any = None
+
+    def register(self, code: int, handler: Any, **_: Any) -> None:
+        self.handlers[int(code)] = handler
+
+    def register_default(self, handler: Any, **_: Any) -> None:
+        self.default = handler
+
+    async def ask(
+        self, request: RemotingCommand, peer: Any = None, *, peer_address: str | None = None
+    ) -> RemotingCommand:
+        """Call the handler of ``request.code`` and return its response.
+
+        ``peer`` is the connection the handler sees; by default a ``FakePeer`` (at
+        ``peer_address`` when given).
+        """
+        handler = self.handlers.get(request.code, self.default)
+        assert handler is not None, f"no handler for code {request.code}"
+        if peer is None:
+            peer = FakePeer(peer_address) if peer_address else FakePeer()
+        response = await handler(request, peer)
+        assert response is not None, f"handler of code {request.code} answered nothing"
+        return response
+
+
+class BrokerLink:
+    """A started broker and a RemotingClient connected to it over loopback."""
+
+    def __init__(self, broker: BrokerController, client: RemotingClient) -> None:
+        self.broker = broker
+        self.client = client
+
+    @property
+    def address(self) -> str:
+        return self.broker.broker_address
+
+    async def invoke(self, request: RemotingCommand, timeout_ms: int = 5000) -> RemotingCommand:
+        return await self.client.invoke(self.address, request, timeout_ms)
+
+
+class FakeNameServer:
+    """A real RemotingServer recording what brokers register."""
+
+    def __init__(self) -> None:
+        self.server = RemotingServer("127.0.0.1", [0])
+        self.registrations: list[RemotingCommand] = []
+        self.unregistrations: list[RemotingCommand] = []
+        self.answer_code = ResponseCode.SUCCESS
+        self._arrived = asyncio.Condition()
+        self.server.register(RequestCode.REGISTER_BROKER, self._register)
+        self.server.register(RequestCode.UNREGISTER_BROKER, self._unregister)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.bound_ports[0]}"
+
+    async def _register(self, request: RemotingCommand, connection: Any) -> RemotingCommand:
+        self.registrations.append(request)
+        async with self._arrived:
+            self._arrived.notify_all()
+        return RemotingCommand.response_to(request, self.answer_code, "fake name server")
+
+    async def _unregister(self, request: RemotingCommand, connection: Any) -> RemotingCommand:
+        self.unregistrations.append(request)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def wait_registrations(self, count: int) -> list[RemotingCommand]:
+        """Wait (at most WAIT_BOUND_S) until ``count`` registrations arrived."""
+        async with asyncio.timeout(WAIT_BOUND_S), self._arrived:
+            await self._arrived.wait_for(lambda: len(self.registrations) >= count)
+        return self.registrations
+
+
+def make_store(kind: str, store_config: StoreConfig) -> Any:
+    """A MemoryMessageStore or FileMessageStore for ``store_config``."""
+    if kind == "memory":
+        from tidemq.store.memory_store import MemoryMessageStore
+
+        return MemoryMessageStore(store_config)
+    if kind == "file":
+        from tidemq.store.file_store import FileMessageStore
+
+        return FileMessageStore(store_config)
+    raise ValueError(f"store kind {kind!r}: expected 'memory' or 'file'")
+
+
+@pytest.fixture
+def make_broker(tmp_path: Path):
+    """Factory of BrokerControllers (not started), each with its own store directory."""
+    made: list[BrokerController] = []
+
+    def make(
+        *,
+        store_kind: str = "memory",
+        store_overrides: dict[str, Any] | None = None,
+        root: Path | None = None,
+        **overrides: Any,
+    ) -> BrokerController:
+        overrides.setdefault("listen_port", 0)
+        config = BrokerConfig(**overrides)
+        store_root = root or tmp_path / f"broker-{len(made)}"
+        settings = {**TEST_STORE_SETTINGS, **(store_overrides or {})}
+        store_config = StoreConfig(
+            store_path_root_dir=str(store_root), store_host=config.broker_address, **settings
+        )
+        store = make_store(store_kind, store_config)
+        broker = BrokerController(config, store_config, store=store)
+        made.append(broker)
+        return broker
+
+    yield make
+    for broker in made:
+        if not broker.stopped:
+            asyncio.run(broker.shutdown(grace_s=1.0))
+
+
+@pytest.fixture
+def broker(make_broker) -> BrokerController:
+    """A broker on a MemoryMessageStore with default settings (not started)."""
+    return make_broker()
+
+
+@pytest.fixture
+def handlers() -> Callable[[BrokerController], HandlerTable]:
+    """``handlers(broker)``: the broker's request handlers, callable in-process."""
+
+    def table_of(broker: BrokerController) -> HandlerTable:
+        table = HandlerTable()
+        broker.register_processors(table)
+        return table
+
+    return table_of
+
+
+@pytest.fixture
+def serve():
+    """``async with serve(broker) as link``: the broker started on loopback, then shut down."""
+
+    @contextlib.asynccontextmanager
+    async def serving(broker: BrokerController) -> AsyncIterator[BrokerLink]:
+        await broker.start()
+        client = RemotingClient()
+        try:
+            yield BrokerLink(broker, client)
+        finally:
+            await client.close()
+            await broker.shutdown(grace_s=1.0)
+
+    return serving
+
+
+@pytest.fixture
+def fake_namesrv():
+    """``async with fake_namesrv() as ns``: a recording name server on 127.0.0.1."""
+
+    @contextlib.asynccontextmanager
+    async def running() -> AsyncIterator[FakeNameServer]:
+        namesrv = FakeNameServer()
+        await namesrv.server.start()
+        try:
+            yield namesrv
+        finally:
+            await namesrv.server.stop(grace_s=1.0)
+
+    return running

@@ -1,0 +1,264 @@
+"""Long polling: a suspended pull is answered when a message arrives, or at its timeout.
+
+Every test runs a real broker on loopback (``serve``) and pulls through a RemotingClient. The
+tests assert the order of events (parked, then a message, then the answer), never how long
+anything took; every wait is bounded so a broken broker fails instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from tidemq.broker.pull_processor import (
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
+    WAKE_SKIPPED_ENTRIES_MAX,
+)
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.command import RemotingCommand
+from tidemq.protocol.message import iter_records
+from tidemq.remoting.client import RemotingClient
+from tidemq.store.config_tables import TopicConfig
+from tidemq.store.interface import StoreMessage
+
+TOPIC = "TopicPoll"
+GROUP = "cg_poll"
+WAIT_BOUND_S = 10.0
+SUSPEND_FLAGS = PULL_FLAG_SUBSCRIPTION | PULL_FLAG_SUSPEND
+
+
+def message(tags: str | None = None, body: bytes = b"payload") -> StoreMessage:
+    return StoreMessage(
+        TOPIC, 0, body, {"TAGS": tags} if tags else {},
+        born_timestamp=int(time.time() * 1000), born_host="127.0.0.1:50000",
+    )
+
+
+def pull_request(offset: int, *, suspend_ms: int, subscription: str = "*",
+                 flags: int = SUSPEND_FLAGS) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": GROUP, "topic": TOPIC, "queueId": "0", "queueOffset": str(offset),
+        "maxMsgNums": "32", "sysFlag": str(flags), "commitOffset": "0",
+        "suspendTimeoutMillis": str(suspend_ms), "subVersion": "0",
+        "subscription": subscription,
+    })
+
+
+async def wait_until(condition, what: str) -> None:
+    async with asyncio.timeout(WAIT_BOUND_S):
+        while not condition():
+            await asyncio.sleep(0.005)
+    assert condition(), what
+
+
+def start_pull(link, request: RemotingCommand) -> asyncio.Task[RemotingCommand]:
+    return asyncio.get_running_loop().create_task(link.invoke(request, timeout_ms=30_000))
+
+
+def broker_with_topic(make_broker, **overrides):
+    broker = make_broker(**overrides)
+    broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+    return broker
+
+
+def test_parked_pull_is_answered_when_a_message_is_dispatched(make_broker, serve):
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+
+    async def main():
+        async with serve(broker) as link:
+            broker.store.put_message(message(body=b"old"))
+            pending = start_pull(link, pull_request(1, suspend_ms=60_000))
+            await wait_until(lambda: hold.parked_count == 1, "the pull parked")
+            assert not pending.done()
+            broker.store.put_message(message(body=b"new"))
+            async with asyncio.timeout(WAIT_BOUND_S):
+                response = await pending
+            assert response.code == ResponseCode.SUCCESS
+            assert [m.body for m in iter_records(response.body)] == [b"new"]
+            assert response.ext_fields["nextBeginOffset"] == "2"
+            assert hold.parked_count == 0
+
+    asyncio.run(main())
+
+
+def test_parked_pull_is_answered_not_found_at_its_timeout(make_broker, serve):
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+
+    async def main():
+        async with serve(broker) as link:
+            broker.store.put_message(message())
+            pending = start_pull(link, pull_request(1, suspend_ms=50))
+            async with asyncio.timeout(WAIT_BOUND_S):
+                response = await pending
+            assert response.code == ResponseCode.PULL_NOT_FOUND
+            assert {k: response.ext_fields[k] for k in ("nextBeginOffset", "maxOffset")} == {
+                "nextBeginOffset": "1", "maxOffset": "1",
+            }
+            assert not response.body
+            assert hold.parked_count == 0
+
+    asyncio.run(main())
+
+
+def test_short_polling_holds_for_short_polling_time_instead(make_broker, serve):
+    broker = broker_with_topic(make_broker, long_polling_enable=False, short_polling_time_ms=20)
+
+    async def main():
+        async with serve(broker) as link:
+            # The client asks for a minute; without long polling the broker holds 20 ms.
+            async with asyncio.timeout(WAIT_BOUND_S):
+                response = await link.invoke(pull_request(0, suspend_ms=60_000), 30_000)
+            assert response.code == ResponseCode.PULL_NOT_FOUND
+
+    asyncio.run(main())
+
+
+def test_pull_without_suspend_flag_is_answered_at_once(make_broker, serve):
+    broker = broker_with_topic(make_broker)
+
+    async def main():
+        async with serve(broker) as link:
+            response = await link.invoke(
+                pull_request(0, suspend_ms=60_000, flags=PULL_FLAG_SUBSCRIPTION), 30_000
+            )
+            assert response.code == ResponseCode.PULL_NOT_FOUND
+            assert broker.pull_hold_service.parked_count == 0
+
+    asyncio.run(main())
+
+
+def test_message_not_matching_the_filter_keeps_the_pull_parked(make_broker, serve):
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+
+    async def main():
+        async with serve(broker) as link:
+            pending = start_pull(link, pull_request(0, suspend_ms=60_000, subscription="TagA"))
+            await wait_until(lambda: hold.parked_count == 1, "the pull parked")
+            broker.store.put_message(message("TagB", b"not for us"))
+            for _ in range(20):  # let the wake-up pass run, whatever it decides
+                await asyncio.sleep(0)
+            await asyncio.sleep(0.02)
+            assert not pending.done()
+            assert hold.parked_count == 1
+            broker.store.put_message(message("TagA", b"ours"))
+            async with asyncio.timeout(WAIT_BOUND_S):
+                response = await pending
+            assert response.code == ResponseCode.SUCCESS
+            assert [m.body for m in iter_records(response.body)] == [b"ours"]
+            assert response.ext_fields["nextBeginOffset"] == "2"
+
+    asyncio.run(main())
+
+
+def test_pile_of_non_matching_messages_moves_the_parked_consumer_past_it(make_broker, serve):
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+
+    async def main():
+        async with serve(broker) as link:
+            pending = start_pull(link, pull_request(0, suspend_ms=60_000, subscription="TagA"))
+            await wait_until(lambda: hold.parked_count == 1, "the pull parked")
+            batch = [message("TagB") for _ in range(WAKE_SKIPPED_ENTRIES_MAX)]
+            assert broker.store.put_messages(batch).ok
+            async with asyncio.timeout(WAIT_BOUND_S):
+                response = await pending
+            assert response.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+            assert response.ext_fields["nextBeginOffset"] == str(WAKE_SKIPPED_ENTRIES_MAX)
+
+    asyncio.run(main())
+
+
+def test_message_appended_from_another_thread_wakes_the_pull(make_broker, serve):
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+
+    async def main():
+        async with serve(broker) as link:
+            pending = start_pull(link, pull_request(0, suspend_ms=60_000))
+            await wait_until(lambda: hold.parked_count == 1, "the pull parked")
+            result = await asyncio.to_thread(broker.store.put_message, message(body=b"threaded"))
+            assert result.ok
+            async with asyncio.timeout(WAIT_BOUND_S):
+                response = await pending
+            assert response.code == ResponseCode.SUCCESS
+            assert [m.body for m in iter_records(response.body)] == [b"threaded"]
+
+    asyncio.run(main())
+
+
+def test_many_parked_pulls_of_one_queue_are_all_answered_by_one_message(make_broker, serve):
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+
+    async def main():
+        async with serve(broker) as link:
+            clients = [RemotingClient() for _ in range(3)]
+            try:
+                pending = [
+                    asyncio.get_running_loop().create_task(
+                        client.invoke(link.address, pull_request(0, suspend_ms=60_000), 30_000)
+                    )
+                    for client in clients
+                ]
+                await wait_until(lambda: hold.parked_count == 3, "three pulls parked")
+                broker.store.put_message(message(body=b"one"))
+                async with asyncio.timeout(WAIT_BOUND_S):
+                    responses = await asyncio.gather(*pending)
+                assert [r.code for r in responses] == [ResponseCode.SUCCESS] * 3
+            finally:
+                for client in clients:
+                    await client.close()
+
+    asyncio.run(main())
+
+
+def test_parked_pull_of_a_closed_connection_is_dropped(make_broker, serve):
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+
+    async def main():
+        async with serve(broker) as link:
+            client = RemotingClient()
+            pending = asyncio.get_running_loop().create_task(
+                client.invoke(link.address, pull_request(0, suspend_ms=60_000), 30_000)
+            )
+            await wait_until(lambda: hold.parked_count == 1, "the pull parked")
+            await client.close()
+            await wait_until(lambda: hold.parked_count == 0, "the parked pull dropped")
+            await asyncio.gather(pending, return_exceptions=True)
+            # A message for the queue now finds nobody to answer, and nothing breaks.
+            assert broker.store.put_message(message()).ok
+            response = await link.invoke(
+                pull_request(0, suspend_ms=0, flags=PULL_FLAG_SUBSCRIPTION), 5000
+            )
+            assert response.code == ResponseCode.SUCCESS
+
+    asyncio.run(main())
+
+
+def test_stopping_long_polling_answers_parked_pulls(make_broker, serve):
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+
+    async def main():
+        pending = None
+        async with serve(broker) as link:
+            client = RemotingClient()
+            try:
+                pending = asyncio.get_running_loop().create_task(
+                    client.invoke(link.address, pull_request(0, suspend_ms=60_000), 30_000)
+                )
+                await wait_until(lambda: hold.parked_count == 1, "the pull parked")
+                await broker.consumption.pull_hold_service.stop()
+                async with asyncio.timeout(WAIT_BOUND_S):
+                    response = await pending
+                assert response.code == ResponseCode.PULL_NOT_FOUND
+                assert hold.parked_count == 0
+            finally:
+                await client.close()
+
+    asyncio.run(main())

@@ -1,0 +1,304 @@
+"""PullConsumer behaviour against the in-process fake brokers (real sockets, real records)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+
+import pytest
+from client_fakes import FakeBroker, FakeCluster
+
+from tidemq.client.errors import ClientStateError, InvalidSubscription
+from tidemq.client.message import MessageQueue, PullStatus
+from tidemq.client.pull_consumer import ConsumeFrom, PullConsumer
+from tidemq.protocol.message import encode_properties
+
+
+def fill(broker: FakeBroker, topic: str, queue_id: int, count: int, *, start: int = 0,
+         tags: str | None = None, store_timestamp: int | None = None) -> None:
+    for i in range(start, start + count):
+        properties = {"UNIQ_KEY": f"K{queue_id}-{i}"}
+        if tags:
+            properties["TAGS"] = tags
+        broker.store(topic, queue_id, f"{queue_id}:{i}".encode(), encode_properties(properties),
+                     store_timestamp=store_timestamp)
+
+
+def queues_of(cluster: FakeCluster, topic: str, count: int) -> list[MessageQueue]:
+    return [MessageQueue(topic, b.name, i) for b in cluster.brokers for i in range(count)]
+
+
+async def poll_until(consumer: PullConsumer, count: int, rounds: int = 50) -> list:
+    got: list = []
+    for _ in range(rounds):
+        got.extend(await consumer.poll(200))
+        if len(got) >= count:
+            break
+    return got
+
+
+def consumer_for(cluster: FakeCluster, group: str = "cg", **options) -> PullConsumer:
+    options.setdefault("auto_commit_interval_ms", 60_000)
+    return PullConsumer(group, cluster.namesrv.address, **options)
+
+
+def test_poll_returns_every_message_in_queue_order_with_its_queue(run):
+    async def main():
+        async with FakeCluster(2) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=2)
+            for broker in cluster.brokers:
+                for queue_id in range(2):
+                    fill(broker, "T", queue_id, 70)
+            async with consumer_for(cluster, consume_from="FIRST") as consumer:
+                consumer.assign(queues_of(cluster, "T", 2))
+                got = await poll_until(consumer, 280)
+            assert len(got) == 280
+            per_queue: dict[tuple[str, int], list[int]] = {}
+            for message in got:
+                per_queue.setdefault((message.broker_name, message.queue_id), []).append(
+                    message.queue_offset)
+                assert message.body == f"{message.queue_id}:{message.queue_offset}".encode()
+            assert per_queue == {(b, q): list(range(70)) for b in ("broker-a", "broker-b")
+                                 for q in range(2)}
+
+    run(main())
+
+
+def test_compressed_bodies_come_back_decompressed(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            original = b"compress me " * 500
+            cluster.brokers[0].store("T", 0, zlib.compress(original, 5), "", sysflag=0x301)
+            async with consumer_for(cluster, consume_from="FIRST") as consumer:
+                consumer.assign([MessageQueue("T", "broker-a", 0)])
+                (message,) = await poll_until(consumer, 1)
+            assert message.body == original
+            assert message.uncompressed_body() == original
+
+    run(main())
+
+
+def test_tag_expression_filters_and_position_moves_past_filtered(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            broker = cluster.brokers[0]
+            fill(broker, "T", 0, 5, tags="TagA")
+            fill(broker, "T", 0, 5, start=5, tags="TagB")
+            fill(broker, "T", 0, 5, start=10, tags="TagC")
+            queue = MessageQueue("T", "broker-a", 0)
+            async with consumer_for(cluster, consume_from="FIRST") as consumer:
+                consumer.assign([queue], "TagA || TagC")
+                got = await poll_until(consumer, 10)
+                for _ in range(5):
+                    if consumer.position(queue) == 15:
+                        break
+                    await consumer.poll(50)
+                assert consumer.position(queue) == 15
+            assert [m.queue_offset for m in got] == [*range(5), *range(10, 15)]
+            assert {m.tags for m in got} == {"TagA", "TagC"}
+
+    run(main())
+
+
+def test_start_position_committed_offset_else_consume_from(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            broker = cluster.brokers[0]
+            fill(broker, "T", 0, 10)
+            queue = MessageQueue("T", "broker-a", 0)
+            async with consumer_for(cluster, "last", consume_from=ConsumeFrom.LAST) as last:
+                last.assign([queue])
+                assert await last.poll(300) == []
+                fill(broker, "T", 0, 1, start=10)
+                assert [m.queue_offset for m in await poll_until(last, 1)] == [10]
+            broker.offsets[("committed", "T", 0)] = 7
+            async with consumer_for(cluster, "committed", consume_from="FIRST") as committed:
+                committed.assign([queue])
+                got = await poll_until(committed, 4)
+            assert [m.queue_offset for m in got] == [7, 8, 9, 10]
+
+    run(main())
+
+
+def test_commit_sync_stores_positions_and_close_commits_with_auto_commit(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            broker = cluster.brokers[0]
+            fill(broker, "T", 0, 40)
+            queue = MessageQueue("T", "broker-a", 0)
+            consumer = consumer_for(cluster, consume_from="FIRST", max_poll_records=25)
+            await consumer.start()
+            consumer.assign([queue])
+            first = await poll_until(consumer, 25)
+            assert len(first) == 25
+            await consumer.commit_sync()
+            assert broker.offsets[("cg", "T", 0)] == 25
+            assert await consumer.committed(queue) == 25
+            await consumer.commit_sync({queue: 3})
+            assert broker.offsets[("cg", "T", 0)] == 3
+            await poll_until(consumer, 15)
+            await consumer.close()
+            assert broker.offsets[("cg", "T", 0)] == 40
+
+    run(main())
+
+
+def test_without_auto_commit_only_staged_offsets_are_committed_at_close(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            broker = cluster.brokers[0]
+            fill(broker, "T", 0, 10)
+            queue = MessageQueue("T", "broker-a", 0)
+            async with consumer_for(cluster, consume_from="FIRST",
+                                    auto_commit=False) as consumer:
+                consumer.assign([queue])
+                await poll_until(consumer, 10)
+                assert ("cg", "T", 0) not in broker.offsets
+                consumer.commit({queue: 6})
+            assert broker.offsets[("cg", "T", 0)] == 6
+
+    run(main())
+
+
+def test_seek_replays_and_seek_to_end_and_timestamp_move_positions(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            broker = cluster.brokers[0]
+            fill(broker, "T", 0, 10, store_timestamp=1_000)
+            fill(broker, "T", 0, 10, start=10, store_timestamp=2_000)
+            queue = MessageQueue("T", "broker-a", 0)
+            async with consumer_for(cluster, consume_from="FIRST") as consumer:
+                consumer.assign([queue])
+                assert len(await poll_until(consumer, 20)) == 20
+                await consumer.seek(queue, 5)
+                assert consumer.position(queue) == 5
+                replay = await poll_until(consumer, 15)
+                assert [m.queue_offset for m in replay] == list(range(5, 20))
+                await consumer.seek_to_timestamp(queue, 2_000)
+                assert [m.queue_offset for m in await poll_until(consumer, 10)] == list(
+                    range(10, 20))
+                await consumer.seek_to_beginning()
+                assert len(await poll_until(consumer, 20)) == 20
+                await consumer.seek_to_end(queue)
+                assert consumer.position(queue) == 20
+                assert await consumer.poll(200) == []
+
+    run(main())
+
+
+def test_offset_outside_the_queue_jumps_to_the_next_valid_offset(run, caplog):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            broker = cluster.brokers[0]
+            fill(broker, "T", 0, 10)
+            stored = broker.queues[("T", 0)]
+            stored.records = stored.records[4:]  # retention removed offsets 0..3
+            stored.store_times = stored.store_times[4:]
+            stored.min_offset = 4
+            broker.offsets[("cg", "T", 0)] = 1
+            queue = MessageQueue("T", "broker-a", 0)
+            async with consumer_for(cluster) as consumer:
+                consumer.assign([queue])
+                got = await poll_until(consumer, 6)
+            assert [m.queue_offset for m in got] == list(range(4, 10))
+
+    with caplog.at_level(logging.WARNING, logger="tidemq.client"):
+        run(main())
+    assert any("outside [4, 10]; moving to 4" in r.getMessage() for r in caplog.records)
+
+
+def test_poll_waits_for_a_message_that_arrives_later(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            broker = cluster.brokers[0]
+            async with consumer_for(cluster, consume_from="LAST") as consumer:
+                consumer.assign([MessageQueue("T", "broker-a", 0)])
+                waiting = asyncio.ensure_future(consumer.poll(5_000))
+                await asyncio.sleep(0.3)
+                assert not waiting.done()
+                fill(broker, "T", 0, 1)
+                got = await waiting
+            assert [m.body for m in got] == [b"0:0"]
+
+    run(main())
+
+
+def test_group_members_share_the_queues_without_overlap(run):
+    async def main():
+        async with FakeCluster(2) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=3)
+            first = consumer_for(cluster, instance_name="one")
+            second = consumer_for(cluster, instance_name="two")
+            first.subscribe("T")
+            await first.start()
+            assert first.assignment() == sorted(queues_of(cluster, "T", 3))
+            second.subscribe("T")
+            await second.start()
+            await first.rebalance()
+            one, two = set(first.assignment()), set(second.assignment())
+            assert one and two and not one & two
+            assert one | two == set(queues_of(cluster, "T", 3))
+            beat = cluster.brokers[0].heartbeats[-1]
+            (consumer_data,) = beat["consumerDataSet"]
+            assert consumer_data["consumeType"] == "CONSUME_ACTIVELY"
+            assert consumer_data["subscriptionDataSet"][0]["topic"] == "T"
+            await second.close()
+            await first.rebalance()
+            assert first.assignment() == sorted(queues_of(cluster, "T", 3))
+            await first.close()
+
+    run(main())
+
+
+def test_low_level_pull_reports_status_and_bounds(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            fill(cluster.brokers[0], "T", 0, 40)
+            queue = MessageQueue("T", "broker-a", 0)
+            async with consumer_for(cluster) as consumer:
+                found = await consumer.pull(queue, 0, 32)
+                at_end = await consumer.pull(queue, 40)
+                beyond = await consumer.pull(queue, 99)
+            assert found.status is PullStatus.FOUND
+            assert [m.queue_offset for m in found.messages] == list(range(32))
+            assert (found.next_begin_offset, found.min_offset, found.max_offset) == (32, 0, 40)
+            assert at_end.status is PullStatus.NO_NEW_MSG and at_end.messages == []
+            assert beyond.status is PullStatus.OFFSET_ILLEGAL
+            assert beyond.next_begin_offset == 40
+
+    run(main())
+
+
+def test_misuse_raises_clear_errors(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            consumer = consumer_for(cluster)
+            with pytest.raises(ClientStateError):
+                await consumer.poll(10)
+            await consumer.start()
+            with pytest.raises(InvalidSubscription, match="subscribe"):
+                await consumer.poll(10)
+            consumer.assign([MessageQueue("T", "broker-a", 0)])
+            with pytest.raises(InvalidSubscription, match="cannot be mixed"):
+                consumer.subscribe("T")
+            with pytest.raises(InvalidSubscription, match="not assigned"):
+                await consumer.seek(MessageQueue("T", "broker-a", 5), 0)
+            await consumer.close()
+
+    run(main())
+
+
+def test_bad_consume_from_is_refused():
+    with pytest.raises(ValueError, match="LAST, FIRST, TIMESTAMP"):
+        PullConsumer("cg", "127.0.0.1:9876", consume_from="NEWEST")

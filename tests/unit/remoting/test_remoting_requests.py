@@ -1,0 +1,316 @@
+"""Request/response behaviour of RemotingServer and RemotingClient over real loopback sockets."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from remoting_helpers import echo, read_command
+
+from tidemq.errors import LocalProtocolError
+from tidemq.protocol.codes import FLAG_RESPONSE, RequestCode, ResponseCode, SerializeType
+from tidemq.protocol.command import RemotingCommand
+from tidemq.remoting import Connection, RemotingClient, RemotingServer
+
+ECHO = RequestCode.SEND_MESSAGE_V2
+UNREGISTERED = 999
+
+
+def address(server: RemotingServer, index: int = 0) -> str:
+    return f"127.0.0.1:{server.bound_ports[index]}"
+
+
+def test_concurrent_requests_are_matched_to_responses_by_opaque_out_of_order(run):
+    order: list[int] = []
+
+    async def slow_echo(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        # Later requests sleep less, so responses leave in roughly reverse order.
+        number = int(request.ext_fields["n"])
+        await asyncio.sleep((200 - number) / 20000)
+        order.append(number)
+        return await echo(request, connection)
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            server.register(ECHO, slow_echo)
+            requests = [
+                RemotingCommand.request(ECHO, {"n": str(n)}, body=f"body-{n}".encode())
+                for n in range(200)
+            ]
+            responses = await asyncio.gather(
+                *(client.invoke(address(server), request) for request in requests)
+            )
+            assert len(client.connections) == 1
+        return requests, responses
+
+    requests, responses = run(main())
+    assert order != sorted(order), "responses were not produced out of order"
+    for request, response in zip(requests, responses, strict=True):
+        assert response.code == ResponseCode.SUCCESS
+        assert response.opaque == request.opaque
+        assert response.is_response
+        assert response.body == request.body
+        assert response.ext_fields == request.ext_fields
+
+
+def test_both_serialize_types_are_answered_in_the_type_of_the_request(run):
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(ECHO, echo)
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.bound_ports[0])
+            answers = {}
+            for serialize_type in SerializeType:
+                request = RemotingCommand.request(
+                    ECHO, {"k": "v"}, body=b"payload", serialize_type=serialize_type
+                )
+                writer.write(request.encode())
+                answers[serialize_type] = await read_command(reader)
+            writer.close()
+            await writer.wait_closed()
+        return answers
+
+    answers = run(main())
+    for serialize_type, response in answers.items():
+        assert response.serialize_type == serialize_type
+        assert response.code == ResponseCode.SUCCESS
+        assert response.ext_fields == {"k": "v"}
+        assert response.body == b"payload"
+
+
+def test_oneway_request_is_handled_and_gets_no_response(run):
+    received: list[RemotingCommand] = []
+
+    async def record(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        received.append(request)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)  # must be dropped
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(RequestCode.END_TRANSACTION, record)
+            server.register(ECHO, echo)
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.bound_ports[0])
+            oneway = RemotingCommand.request(RequestCode.END_TRANSACTION, {"x": "1"}, oneway=True)
+            two_way = RemotingCommand.request(ECHO)
+            writer.write(oneway.encode() + two_way.encode())
+            first_answer = await read_command(reader)
+            writer.close()
+            await writer.wait_closed()
+        return oneway, two_way, first_answer
+
+    oneway, two_way, first_answer = run(main())
+    assert [r.opaque for r in received] == [oneway.opaque]
+    assert received[0].is_oneway
+    assert first_answer.opaque == two_way.opaque  # nothing came back for the oneway request
+
+
+def test_invoke_oneway_reaches_the_handler(run):
+    async def main():
+        got = asyncio.Event()
+
+        async def record(request: RemotingCommand, connection: Connection) -> None:
+            got.set()
+
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            server.register(RequestCode.END_TRANSACTION, record)
+            command = RemotingCommand.request(RequestCode.END_TRANSACTION)
+            await client.invoke_oneway(address(server), command)
+            await asyncio.wait_for(got.wait(), 10)
+            return command
+
+    assert run(main()).is_oneway
+
+
+def test_unknown_code_is_answered_request_code_not_supported(run):
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            server.register(ECHO, echo)
+            return await client.invoke(address(server), RemotingCommand.request(UNREGISTERED))
+
+    response = run(main())
+    assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED == 3
+    assert response.remark == " request type 999 not supported"
+
+
+def test_default_handler_serves_codes_without_their_own(run):
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            server.register_default(echo)
+            return await client.invoke(address(server), RemotingCommand.request(UNREGISTERED))
+
+    assert run(main()).code == ResponseCode.SUCCESS
+
+
+def test_handler_exception_is_answered_system_error_with_a_remark(run, caplog):
+    async def broken(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        raise KeyError("topic TopicA has no route")
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            server.register(ECHO, broken)
+            first = await client.invoke(address(server), RemotingCommand.request(ECHO))
+            server.register(ECHO, echo)
+            second = await client.invoke(address(server), RemotingCommand.request(ECHO))
+            return first, second
+
+    first, second = run(main())
+    assert first.code == ResponseCode.SYSTEM_ERROR == 1
+    assert "KeyError" in first.remark and "topic TopicA has no route" in first.remark
+    assert "test_remoting_requests.py" in first.remark  # where it was raised
+    assert second.code == ResponseCode.SUCCESS  # the connection and server carry on
+    logged = [r for r in caplog.records if r.levelname == "ERROR" and r.exc_info]
+    assert logged and "SEND_MESSAGE_V2" in logged[0].getMessage()
+
+
+def test_full_handler_queue_is_answered_system_busy(run):
+    async def main():
+        release = asyncio.Event()
+        started = 0
+
+        async def blocked(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+            nonlocal started
+            started += 1
+            await release.wait()
+            return await echo(request, connection)
+
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            server.register(ECHO, blocked, max_pending=2)
+            server.register(RequestCode.HEART_BEAT, echo)
+            held = [
+                asyncio.ensure_future(client.invoke(address(server), RemotingCommand.request(ECHO)))
+                for _ in range(2)
+            ]
+            while started < 2:
+                await asyncio.sleep(0.01)
+            busy = await client.invoke(address(server), RemotingCommand.request(ECHO))
+            other_code = await client.invoke(
+                address(server), RemotingCommand.request(RequestCode.HEART_BEAT)
+            )
+            release.set()
+            finished = await asyncio.gather(*held)
+            after = await client.invoke(address(server), RemotingCommand.request(ECHO))
+            return busy, other_code, finished, after
+
+    busy, other_code, finished, after = run(main())
+    assert busy.code == ResponseCode.SYSTEM_BUSY == 2
+    assert busy.remark.startswith("[REJECTREQUEST]system busy")
+    assert "SEND_MESSAGE_V2" in busy.remark and "max_pending" in busy.remark and "2" in busy.remark
+    assert other_code.code == ResponseCode.SUCCESS  # the limit is per handler
+    assert [r.code for r in finished] == [ResponseCode.SUCCESS] * 2
+    assert after.code == ResponseCode.SUCCESS
+
+
+def test_handler_may_answer_later_with_send_response(run):
+    async def main():
+        parked: list[tuple[RemotingCommand, Connection]] = []
+
+        async def long_poll(request: RemotingCommand, connection: Connection) -> None:
+            parked.append((request, connection))  # answered later, like a suspended pull
+            return None
+
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            server.register(RequestCode.PULL_MESSAGE, long_poll)
+            waiting = asyncio.ensure_future(
+                client.invoke(address(server), RemotingCommand.request(RequestCode.PULL_MESSAGE))
+            )
+            while not parked:
+                await asyncio.sleep(0.01)
+            assert server.handlers_running == 0  # the handler returned; no task is held
+            request, connection = parked[0]
+            connection.send_response(
+                RemotingCommand.response_to(request, ResponseCode.PULL_NOT_FOUND, remark="none")
+            )
+            return await waiting
+
+    response = run(main())
+    assert response.code == ResponseCode.PULL_NOT_FOUND
+    assert response.remark == "none"
+
+
+def test_plain_response_gets_opaque_flag_and_serialize_type_of_the_request(run):
+    async def plain(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        return RemotingCommand(ResponseCode.SUCCESS, remark="plain")
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(ECHO, plain)
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.bound_ports[0])
+            request = RemotingCommand.request(ECHO, serialize_type=SerializeType.ROCKETMQ)
+            writer.write(request.encode())
+            response = await read_command(reader)
+            writer.close()
+            await writer.wait_closed()
+            return request, response
+
+    request, response = run(main())
+    assert response.opaque == request.opaque
+    assert response.flag & FLAG_RESPONSE
+    assert response.serialize_type == SerializeType.ROCKETMQ
+    assert response.remark == "plain"
+
+
+def test_unencodable_response_is_replaced_by_system_error(run):
+    async def too_big_code(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        return RemotingCommand(70000)  # cannot be written in a ROCKETMQ (int16) header
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            server.register(ECHO, too_big_code)
+            request = RemotingCommand.request(ECHO, serialize_type=SerializeType.ROCKETMQ)
+            return await client.invoke(address(server), request)
+
+    response = run(main())
+    assert response.code == ResponseCode.SYSTEM_ERROR
+    assert "cannot be encoded" in response.remark
+
+
+def test_server_listens_on_every_port_given(run):
+    async def main():
+        async with RemotingServer("127.0.0.1", [0, 0]) as server, RemotingClient() as client:
+            server.register(ECHO, echo)
+            ports = server.bound_ports
+            responses = [
+                await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(ECHO))
+                for port in ports
+            ]
+            return ports, responses
+
+    ports, responses = run(main())
+    assert len(set(ports)) == 2
+    assert [r.code for r in responses] == [ResponseCode.SUCCESS] * 2
+
+
+def test_request_rejects_commands_that_are_not_two_way_requests(run):
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            connection = await client.get_connection(address(server))
+            with pytest.raises(LocalProtocolError, match="not a two-way request"):
+                await connection.request(RemotingCommand.request(ECHO, oneway=True))
+            with pytest.raises(LocalProtocolError, match="not a two-way request"):
+                response = RemotingCommand.response_to(RemotingCommand.request(ECHO), 0)
+                await connection.request(response)
+
+    run(main())
+
+
+@pytest.mark.parametrize("handler_delay_s", [0, 0.05])
+def test_peer_that_half_closes_after_sending_still_gets_its_responses(run, handler_delay_s):
+    async def delayed_echo(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        await asyncio.sleep(handler_delay_s)
+        return await echo(request, connection)
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(ECHO, delayed_echo)
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.bound_ports[0])
+            requests = [RemotingCommand.request(ECHO, body=b"%d" % n) for n in range(3)]
+            writer.write(b"".join(r.encode() for r in requests))
+            writer.write_eof()  # like `nc -N`: send, then half-close
+            answers = [await read_command(reader) for _ in requests]
+            at_end = await read_command(reader)  # then the server closes
+            writer.close()
+            await writer.wait_closed()
+            return requests, answers, at_end
+
+    requests, answers, at_end = run(main())
+    assert [a.opaque for a in answers] == [r.opaque for r in requests]
+    assert at_end is None
