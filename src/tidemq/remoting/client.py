@@ -24,7 +24,7 @@ from tidemq.remoting.connection import (
     check_limits,
 )
 from tidemq.remoting.dispatch import MAX_PENDING_PER_HANDLER, Handler, RequestDispatcher
-from tidemq.remoting.errors import RemotingClosed, RemotingConnectError, RemotingTimeout
+from tidemq.remoting.errors import RemotingClosed, RemotingConnectError
 
 log = logging.getLogger("tidemq.remoting")
 
@@ -137,17 +137,11 @@ class RemotingClient:
             RemotingTimeout: no response within ``timeout_ms``.
             RemotingClosed: the connection closed before the response arrived.
         """
-        loop = asyncio.get_running_loop()
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
         connection = self._connections.get(addr)
         if connection is None or connection.is_closing:
-            started = loop.time()
             connection = await self.get_connection(addr, min(self.connect_timeout_ms, timeout_ms))
-            timeout_ms = max(0, timeout_ms - int((loop.time() - started) * 1000))
-            if timeout_ms == 0:
-                raise RemotingTimeout(
-                    f"connecting to {addr} used the whole timeout; {command.describe()} not sent"
-                )
-        return await connection.request(command, timeout_ms)
+        return await connection._request(command, deadline, timeout_ms)
 
     async def invoke_oneway(
         self, addr: str, command: RemotingCommand, timeout_ms: int = 3000

@@ -192,17 +192,28 @@ class Connection(asyncio.Protocol):
             LocalProtocolError: ``command`` is not a request, its opaque is already waiting on
                 this connection, or it cannot be encoded.
         """
+        return await self._request(command, self._loop.time() + timeout_ms / 1000, timeout_ms)
+
+    async def _request(
+        self, command: RemotingCommand, deadline: float, timeout_ms: int
+    ) -> RemotingCommand:
+        """``request`` with the response due at loop time ``deadline``; ``timeout_ms`` is the
+        caller's whole timeout, for messages (the client spends part of it connecting)."""
         if command.flag & (FLAG_RESPONSE | FLAG_ONEWAY):
             raise LocalProtocolError(
                 f"{command.describe()} is not a two-way request; use send_oneway or "
                 "send_response for it"
             )
         loop = self._loop
-        deadline = loop.time() + timeout_ms / 1000
         if self._write_paused and not self._closing:
             await self._wait_writable(deadline, command, timeout_ms)
         if self._closing:
             raise self._closed_error(command)
+        if loop.time() >= deadline:
+            raise RemotingTimeout(
+                f"{command.describe()} not sent to {self.remote_address}: its {timeout_ms} ms "
+                "timeout passed before it could be written (connecting took that long)"
+            )
         opaque = command.opaque
         if opaque in self._pending:
             raise LocalProtocolError(

@@ -64,7 +64,9 @@ def test_late_response_after_a_timeout_is_dropped(run):
             server.register(RequestCode.HEART_BEAT, echo)
             with pytest.raises(RemotingTimeout):
                 await client.invoke(address(server), RemotingCommand.request(ECHO), timeout_ms=20)
-            await asyncio.sleep(0.3)  # the late response arrives meanwhile
+            # The slow handler has answered; on one connection its late response arrives
+            # before the next request's.
+            await wait_until(lambda: server.handlers_running == 0, what="the slow handler")
             connection = client.connections[address(server)]
             request = RemotingCommand.request(RequestCode.HEART_BEAT)
             response = await client.invoke(address(server), request)

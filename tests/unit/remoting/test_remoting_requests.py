@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from remoting_helpers import echo, read_command
+from remoting_helpers import echo, read_command, wait_until
 
 from tidemq.errors import LocalProtocolError
 from tidemq.protocol.codes import FLAG_RESPONSE, RequestCode, ResponseCode, SerializeType
@@ -21,30 +21,38 @@ def address(server: RemotingServer, index: int = 0) -> str:
 
 
 def test_concurrent_requests_are_matched_to_responses_by_opaque_out_of_order(run):
+    count = 200
     order: list[int] = []
 
-    async def slow_echo(request: RemotingCommand, connection: Connection) -> RemotingCommand:
-        # Later requests sleep less, so responses leave in roughly reverse order.
-        number = int(request.ext_fields["n"])
-        await asyncio.sleep((200 - number) / 20000)
-        order.append(number)
-        return await echo(request, connection)
-
     async def main():
+        turns = [asyncio.Event() for _ in range(count)]
+
+        async def reverse_echo(request: RemotingCommand, connection: Connection):
+            # Answer strictly last-first: request n waits for its turn, then passes it on.
+            number = int(request.ext_fields["n"])
+            await turns[number].wait()
+            order.append(number)
+            if number:
+                asyncio.get_running_loop().call_soon(turns[number - 1].set)
+            return await echo(request, connection)
+
         async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
-            server.register(ECHO, slow_echo)
+            server.register(ECHO, reverse_echo)
             requests = [
                 RemotingCommand.request(ECHO, {"n": str(n)}, body=f"body-{n}".encode())
-                for n in range(200)
+                for n in range(count)
             ]
-            responses = await asyncio.gather(
-                *(client.invoke(address(server), request) for request in requests)
+            waiting = asyncio.gather(
+                *(client.invoke(address(server), request, 20_000) for request in requests)
             )
+            await wait_until(lambda: server.handlers_running == count, what="all requests")
+            turns[-1].set()
+            responses = await waiting
             assert len(client.connections) == 1
         return requests, responses
 
     requests, responses = run(main())
-    assert order != sorted(order), "responses were not produced out of order"
+    assert order == list(reversed(range(count)))
     for request, response in zip(requests, responses, strict=True):
         assert response.code == ResponseCode.SUCCESS
         assert response.opaque == request.opaque
