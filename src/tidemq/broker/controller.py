@@ -6,21 +6,24 @@ Parts, in the order they are made:
   given, e.g. a ``MemoryMessageStore`` in tests); its store host is brokerIP1:listenPort;
 - ``topic_config_manager``: topics.json plus the built-in topics;
 - ``server``: the remoting server on brokerIP1 at listenPort and listenPort - 2;
-- the processors: sends (``send_processor``), admin requests (``admin_processor``, the
+- ``schedule_service``: the delay levels' timers and delayOffset.json;
+- the processors: sends (``send_processor``), send-backs of failed messages
+  (``send_back_processor``), admin requests (``admin_processor``, the
   default for every code nobody else serves) and the consumption side
   (``consumption``: pulls, offsets, clients, queries, locks; it sets
   ``consumer_offset_manager``, ``subscription_group_manager``, ``consumer_manager``,
   ``producer_manager``, ``pull_hold_service`` and ``lock_manager`` on this object);
 - ``registration``: REGISTER_BROKER to every name server (``namesrv_registration``).
 
-``start``: listen, start the consumption services, register with the name servers (once,
-waited for), then run the periodic work: registration every registerNameServerPeriod,
-retention (``store.run_retention`` in a worker thread) every 10 s and a statistics sample
-every second.
+``start``: listen, start the consumption services and the delay timers, register with the
+name servers (once, waited for), then run the periodic work: registration every
+registerNameServerPeriod, retention (``store.run_retention`` in a worker thread) every 10 s
+and a statistics sample every second.
 
 ``shutdown``: stop the periodic work; stop accepting and let requests in flight finish;
-unregister from the name servers; stop the consumption services (they persist offsets);
-flush and close the store cleanly (so the next start is a normal recovery).
+unregister from the name servers; stop the consumption services (they persist offsets) and
+the delay timers (they persist delay offsets); flush and close the store cleanly (so the
+next start is a normal recovery).
 
 Concurrency: everything runs on one event loop; the store is called from the loop thread
 except for retention, which runs in a worker thread (the store serializes it with appends).
@@ -42,13 +45,14 @@ from tidemq.broker.config import BrokerConfig
 from tidemq.broker.consumption import ConsumptionServices
 from tidemq.broker.namesrv_registration import NameServerRegistration
 from tidemq.broker.runtime_info import SAMPLE_INTERVAL_MS, BrokerStats
+from tidemq.broker.schedule_service import ScheduleMessageService
+from tidemq.broker.send_back_processor import SendBackProcessor
 from tidemq.broker.send_processor import SendMessageProcessor
 from tidemq.broker.topic_config_manager import TopicConfigManager
 from tidemq.protocol.message import POSITION_SYSFLAG, store_timestamp_position
 from tidemq.remoting.client import RemotingClient
 from tidemq.remoting.server import RemotingServer
 from tidemq.store.config import StoreConfig
-from tidemq.store.config_tables import DelayOffsetTable
 from tidemq.store.file_store import FileMessageStore
 from tidemq.store.interface import MessageStore
 
@@ -105,7 +109,9 @@ class BrokerController:
             self.server = RemotingServer(config.broker_ip1, config.listen_ports)
             self.remoting_client = RemotingClient()
             self.registration = NameServerRegistration(self, self.remoting_client)
+            self.schedule_service = ScheduleMessageService(self)
             self.send_processor = SendMessageProcessor(self)
+            self.send_back_processor = SendBackProcessor(self)
             self.admin_processor = AdminProcessor(self)
             # Sets consumer_offset_manager, subscription_group_manager, consumer_manager,
             # producer_manager, pull_hold_service and lock_manager on self.
@@ -136,6 +142,7 @@ class BrokerController:
             if self.config.listen_port == 0:  # a test asked for any free port
                 self.broker_address = f"{self.config.broker_ip1}:{self.server.bound_ports[0]}"
             await self.consumption.start()
+            await self.schedule_service.start()
             self._tasks.append(self.loop.create_task(self._retention_loop(), name="retention"))
             self._tasks.append(self.loop.create_task(self._stats_loop(), name="broker-stats"))
             await self.registration.start()
@@ -171,6 +178,7 @@ class BrokerController:
             await self.registration.unregister_all()
         if self._started:
             await self.consumption.shutdown()
+            await self.schedule_service.shutdown()
         if self._retention_run is not None:
             # The worker thread cannot be cancelled; the store must not close under it.
             with contextlib.suppress(Exception):
@@ -193,6 +201,7 @@ class BrokerController:
         ``register_default(handler)``; tests pass a table to call handlers directly.
         """
         self.send_processor.register(server)
+        self.send_back_processor.register(server)
         self.consumption.register(server)
         self.admin_processor.register(server)  # the default: every code nobody else serves
 
@@ -230,8 +239,7 @@ class BrokerController:
 
     def delay_offset_json(self) -> bytes:
         """delayOffset.json's content: the delay scheduler's progress per level."""
-        table = DelayOffsetTable.load(self.config_dir / "delayOffset.json")
-        return table.to_json()
+        return self.schedule_service.delay_offset_json()
 
     def earliest_commit_log_time_ms(self) -> int:
         """Store time of the oldest record still in the commit log; 0 when it is empty."""

@@ -19,8 +19,11 @@ Then the message is shaped for storage (§6.2): WAIT is removed (and decides whe
 SYNC_FLUSH send waits for the disk), CLUSTER is added, a missing UNIQ_KEY is generated, the
 MULTI_TAGS bit follows the topic's filter type, the born host is the producer's socket
 address. A send to ``%RETRY%<group>`` past the group's max reconsume times goes to
-``%DLQ%<group>``. Delayed (DELAY) and transactional (TRAN_MSG) messages pass through
-``redirect_special_delivery``, the hook where later issues reroute them.
+``%DLQ%<group>``, undelayed, by the same rule as CONSUMER_SEND_MSG_BACK
+(send_back_processor.py). Every single message passes through ``redirect_special_delivery``:
+a delayed one (DELAY > 0) is stored in SCHEDULE_TOPIC_XXXX until due (schedule_service.py);
+transactional (TRAN_MSG) messages are left for a later issue. The response names the queue
+the producer chose, not the schedule queue, as RocketMQ's does.
 
 A batch body (§6.5) becomes one ``put_messages`` call: each entry gets the batch-level
 properties (header ``i``) and CLUSTER appended; batches cannot be delayed, transactional or
@@ -40,8 +43,14 @@ import time
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidemq.broker.config import PERM_READ, PERM_WRITE, BrokerRole
+from tidemq.broker.schedule_service import redirect_delayed
+from tidemq.broker.send_back_processor import (
+    DLQ_QUEUE_NUMS,
+    dead_letter_due,
+    dead_letter_topic_for,
+    max_reconsume_times_of,
+)
 from tidemq.broker.topic_config_manager import (
-    DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     TopicConfig,
     is_not_allowed_send_topic,
@@ -77,15 +86,6 @@ log = logging.getLogger("tidemq.broker")
 
 MULTI_TAG = "MULTI_TAG"
 
-# Requests whose version is at least V3_4_9 may carry their own maxReconsumeTimes.
-VERSION_WITH_MAX_RECONSUME_TIMES = 121
-
-# Reconsume attempts of a group that has no subscription-group config (RocketMQ's default).
-DEFAULT_RETRY_MAX_TIMES = 16
-
-# The DLQ topic of a group has one queue (RocketMQ's DLQ_NUMS_PER_GROUP).
-DLQ_QUEUE_NUMS = 1
-
 # How much longer than syncFlushTimeout we wait for the store's own timeout to answer, before
 # calling it FLUSH_DISK_TIMEOUT ourselves (the store's timer should always win).
 _DURABLE_WAIT_MARGIN_S = 1.0
@@ -119,15 +119,20 @@ class SendRefused(Exception):
 def redirect_special_delivery(message: StoreMessage, broker: BrokerController) -> StoreMessage:
     """The hook where delayed and transactional messages are rerouted before storing.
 
-    Today it returns ``message`` unchanged: a DELAY or TRAN_MSG message is stored as a plain
-    message in its own topic. Later issues fill it in (protocol-notes §6.2):
+    - DELAY level > 0 (not a half message): topic and queue saved in REAL_TOPIC / REAL_QID,
+      stored in SCHEDULE_TOPIC_XXXX queue level - 1, the level capped at the configured
+      level count (``schedule_service.redirect_delayed``); a DELAY_QUEUE_OFFSET property,
+      which only the delay scheduler may write, is dropped from every message;
+    - TRAN_MSG=true: not rerouted yet (a later issue: save REAL_TOPIC / REAL_QID, clear the
+      transaction bits of the sysflag, store in RMQ_SYS_TRANS_HALF_TOPIC queue 0).
 
-    - DELAY level > 0: save topic and queue in REAL_TOPIC / REAL_QID, store in
-      SCHEDULE_TOPIC_XXXX queue level - 1 (level capped at the configured level count);
-    - TRAN_MSG=true: save REAL_TOPIC / REAL_QID, clear the transaction bits of the sysflag,
-      store in RMQ_SYS_TRANS_HALF_TOPIC queue 0.
+    Raises:
+        SendRefused: DELAY is not an integer (MESSAGE_ILLEGAL).
     """
-    return message
+    try:
+        return redirect_delayed(message, broker.schedule_service.level_count)
+    except ValueError as exc:
+        raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
 
 
 class SendMessageProcessor:
@@ -289,7 +294,9 @@ class SendMessageProcessor:
         queue_id = self._queue_id(header, topic_config)
         reconsume_times = header.reconsume_times or 0
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            topic, queue_id = self._retry_or_dead_letter(header, request, reconsume_times, queue_id)
+            topic, queue_id = self._retry_or_dead_letter(
+                header, request, reconsume_times, queue_id, properties
+            )
         sysflag = header.sys_flag
         if topic_config.topic_filter_type == MULTI_TAG:
             sysflag |= SYSFLAG_MULTI_TAGS
@@ -308,7 +315,7 @@ class SendMessageProcessor:
         started = time.monotonic()
         result = broker.store.put_message(message)
         self._count(result, len(body), started)
-        return _Stored(result, wait, message.queue_id)
+        return _Stored(result, wait, queue_id)  # the producer's queue, even when delayed
 
     def _retry_or_dead_letter(
         self,
@@ -316,8 +323,13 @@ class SendMessageProcessor:
         request: RemotingCommand,
         reconsume_times: int,
         queue_id: int,
+        properties: dict[str, str],
     ) -> tuple[str, int]:
-        """Where a send to ``%RETRY%<group>`` goes: the retry topic, or the group's DLQ."""
+        """Where a send to ``%RETRY%<group>`` goes: the retry topic, or the group's DLQ.
+
+        ``reconsume_times`` is the new copy's (a Java consumer that could not send a message
+        back re-sends it with its reconsume times + 1); the rule is the send-back's. A dead
+        letter loses its DELAY (removed from ``properties``)."""
         group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
         group_config = self._broker.subscription_group_manager.find_subscription_group_config(group)
         if group_config is None:
@@ -327,18 +339,13 @@ class SendMessageProcessor:
                 f"{self._broker.config.broker_name}; create it with tidemq admin updateSubGroup "
                 "or set autoCreateSubscriptionGroup=true",
             )
-        max_reconsume_times = group_config.retry_max_times
-        if (
-            request.version >= VERSION_WITH_MAX_RECONSUME_TIMES
-            and header.max_reconsume_times is not None
-        ):
-            max_reconsume_times = header.max_reconsume_times
-        if reconsume_times <= max_reconsume_times:
-            return header.topic, queue_id
-        dead_letter_topic = DLQ_GROUP_TOPIC_PREFIX + group
-        self._broker.topic_config_manager.create_topic_for_send_back(
-            dead_letter_topic, DLQ_QUEUE_NUMS, PERM_READ | PERM_WRITE
+        max_reconsume_times = max_reconsume_times_of(
+            group_config, header.max_reconsume_times, request.version, properties
         )
+        if not dead_letter_due(reconsume_times, max_reconsume_times):
+            return header.topic, queue_id
+        dead_letter_topic = dead_letter_topic_for(self._broker.topic_config_manager, group)
+        properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
         log.info(
             "message of group %s reconsumed %d times (max %d): stored in %s",
             group,

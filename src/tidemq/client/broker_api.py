@@ -1,20 +1,24 @@
-"""Broker requests shared by the consumer and the admin client: pull, offsets, messages by id.
+"""Broker requests shared by the consumers and the admin client: pull, offsets, messages by
+id, group members, queue locks and send-back.
 
 Each function sends one request to one broker address through a ``ClientInstance`` and turns
 the response into Python values, raising ``BrokerRejected`` (with the broker's code and remark)
 for error codes a caller cannot use. Request and response fields are those of
-protocol-notes §4.4, §4.5, §4.12 and §4.13.
+protocol-notes §4.4, §4.5, §4.8, §4.12–§4.15.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable
+from typing import Any
 
 from tidemq.client.errors import BrokerRejected
 from tidemq.client.instance import ClientInstance, check_response
 from tidemq.client.message import MessageQueue, PullResult, PullStatus
 from tidemq.client.subscription import EXPRESSION_TYPE_TAG, Subscription
 from tidemq.errors import HeaderFieldError, RemoteProtocolError
+from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import (
@@ -61,12 +65,16 @@ async def pull_message(
     *,
     suspend_timeout_ms: int = 0,
     timeout_ms: int | None = None,
+    commit_offset: int | None = None,
+    lite: bool = True,
 ) -> PullResult:
     """PULL_MESSAGE: up to ``max_nums`` messages of ``queue`` from ``offset``.
 
     The subscription travels with the request (SUBSCRIPTION flag), so no heartbeat is needed
     first. With ``suspend_timeout_ms`` > 0 the broker may hold the request that long waiting
-    for a message (long polling).
+    for a message (long polling). A ``commit_offset`` > 0 is stored by the broker as the
+    group's offset of the queue on the way (COMMIT_OFFSET flag), as a push consumer does with
+    every pull; ``lite`` marks a lite-pull consumer's request (LITE_PULL flag).
 
     Returns:
         The PullResult: FOUND with the decoded messages (bodies decompressed, tag-filtered by
@@ -78,9 +86,13 @@ async def pull_message(
         RemotingError: transport failure.
         RemoteProtocolError: the response is malformed.
     """
-    sysflag = PULL_SUBSCRIPTION | PULL_LITE
+    sysflag = (PULL_SUBSCRIPTION | PULL_LITE) if lite else PULL_SUBSCRIPTION
     if suspend_timeout_ms > 0:
         sysflag |= PULL_SUSPEND
+    if commit_offset is not None and commit_offset > 0:
+        sysflag |= PULL_COMMIT_OFFSET
+    else:
+        commit_offset = 0
     fields = {
         "consumerGroup": group,
         "topic": queue.topic,
@@ -88,7 +100,7 @@ async def pull_message(
         "queueOffset": str(offset),
         "maxMsgNums": str(max_nums),
         "sysFlag": str(sysflag),
-        "commitOffset": "0",
+        "commitOffset": str(commit_offset),
         "suspendTimeoutMillis": str(suspend_timeout_ms),
         "subscription": subscription.expression,
         "subVersion": str(subscription.version_ms),
@@ -122,11 +134,14 @@ def decode_pull_response(
     except HeaderFieldError as e:
         raise RemoteProtocolError(f"pull response from {address}: {e}") from None
     messages: list[MessageExt] = []
+    filtered = 0
     if status is PullStatus.FOUND and response.body:
         messages = decode_messages(response.body, queue.broker_name)
         if subscription is not None and not subscription.matches_all:
             tags = subscription.tags
+            received = len(messages)
             messages = [m for m in messages if m.properties.get("TAGS") in tags]
+            filtered = received - len(messages)
     return PullResult(
         status=status,
         next_begin_offset=header.next_begin_offset,
@@ -134,6 +149,7 @@ def decode_pull_response(
         max_offset=header.max_offset,
         messages=messages,
         suggest_which_broker_id=header.suggest_which_broker_id,
+        messages_filtered=filtered,
     )
 
 
@@ -296,3 +312,113 @@ async def query_messages(
     check_response(response, f"query of topic {topic!r} by key {key!r}", address)
     return decode_messages(response.body or b"", broker_name)
 
+
+
+# -- consumer groups ------------------------------------------------------------------------------
+
+
+async def consumer_ids(instance: ClientInstance, address: str, group: str) -> list[str]:
+    """GET_CONSUMER_LIST_BY_GROUP: the client ids of ``group``'s live members at ``address``.
+
+    Returns an empty list when the broker knows no member (it answers SYSTEM_ERROR then).
+    """
+    response = await instance.invoke(address, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                                     {"consumerGroup": group})
+    if response.code != ResponseCode.SUCCESS:
+        return []
+    body = jsonx.loads(response.body or b"{}")
+    if not isinstance(body, dict):
+        raise RemoteProtocolError(f"consumer list of group {group!r} from {address} is not a "
+                                  "JSON object")
+    return [str(member) for member in (body.get("consumerIdList") or [])]
+
+
+async def consumer_connection(instance: ClientInstance, address: str,
+                              group: str) -> dict[str, Any] | None:
+    """GET_CONSUMER_CONNECTION_LIST: ``group``'s ConsumerConnection body as a dict
+    (``connectionSet``, ``subscriptionTable``, ``messageModel``, ...); None when the broker
+    has no live member of the group."""
+    response = await instance.invoke(address, RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                     {"consumerGroup": group})
+    if response.code != ResponseCode.SUCCESS:
+        return None
+    body = jsonx.loads(response.body or b"{}")
+    return body if isinstance(body, dict) else None
+
+
+def _lock_body(group: str, client_id: str, queues: Iterable[MessageQueue]) -> bytes:
+    return jsonx.dumps({"clientId": client_id, "consumerGroup": group,
+                        "mqSet": [queue.to_json() for queue in queues]})
+
+
+async def lock_batch(
+    instance: ClientInstance, address: str, group: str, client_id: str,
+    queues: Iterable[MessageQueue],
+) -> set[MessageQueue]:
+    """LOCK_BATCH_MQ: lock (or renew) ``queues`` of one broker for ``client_id``.
+
+    Returns:
+        The queues the broker granted; queues held by another live member are left out.
+
+    Raises:
+        BrokerRejected: the broker refused the request.
+        RemoteProtocolError: the response body is malformed.
+    """
+    response = await instance.invoke(address, RequestCode.LOCK_BATCH_MQ, None,
+                                     _lock_body(group, client_id, queues))
+    check_response(response, f"lock of queues for group {group!r}", address)
+    body = jsonx.loads(response.body or b"{}")
+    try:
+        return {MessageQueue.from_json(item) for item in (body.get("lockOKMQSet") or [])}
+    except (AttributeError, TypeError, ValueError) as e:
+        raise RemoteProtocolError(f"lock response from {address} is malformed: {e}") from None
+
+
+async def unlock_batch(
+    instance: ClientInstance, address: str, group: str, client_id: str,
+    queues: Iterable[MessageQueue],
+) -> None:
+    """UNLOCK_BATCH_MQ: release ``client_id``'s locks on ``queues`` of one broker.
+
+    Raises:
+        BrokerRejected: the broker refused the request.
+    """
+    response = await instance.invoke(address, RequestCode.UNLOCK_BATCH_MQ, None,
+                                     _lock_body(group, client_id, queues))
+    check_response(response, f"unlock of queues for group {group!r}", address)
+
+
+async def send_message_back(
+    instance: ClientInstance,
+    address: str,
+    message: MessageExt,
+    group: str,
+    *,
+    delay_level: int = 0,
+    max_reconsume_times: int | None = None,
+    origin_topic: str | None = None,
+) -> None:
+    """CONSUMER_SEND_MSG_BACK: hand a message the group failed to consume back to the broker
+    that stored it (protocol-notes §4.8).
+
+    The broker stores a copy in ``%RETRY%<group>`` delayed by ``delay_level`` (0: the broker
+    picks 3 + reconsume times), or in ``%DLQ%<group>`` when ``delay_level`` < 0 or the
+    message used up ``max_reconsume_times``.
+
+    Raises:
+        BrokerRejected: the broker refused (message gone, group unknown, ...).
+        RemotingError: transport failure.
+    """
+    fields = {
+        "offset": str(message.physical_offset),
+        "group": group,
+        "delayLevel": str(delay_level),
+        "originMsgId": message.msg_id,
+        "originTopic": origin_topic or message.topic,
+        "unitMode": "false",
+    }
+    if max_reconsume_times is not None:
+        fields["maxReconsumeTimes"] = str(max_reconsume_times)
+    response = await instance.invoke(address, RequestCode.CONSUMER_SEND_MSG_BACK, fields)
+    check_response(response, f"send-back of message {message.msg_id} for group {group!r}",
+                   address)

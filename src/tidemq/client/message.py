@@ -244,7 +244,11 @@ class PullStatus(enum.Enum):
 
 @dataclass(slots=True)
 class PullResult:
-    """One pull's answer: status, where to go on, the queue's bounds and the messages."""
+    """One pull's answer: status, where to go on, the queue's bounds and the messages.
+
+    ``messages_filtered`` counts messages the broker sent that the client's tag filter then
+    dropped: the broker filters by tag hash, so only hash collisions end up here.
+    """
 
     status: PullStatus
     next_begin_offset: int
@@ -252,3 +256,4 @@ class PullResult:
     max_offset: int
     messages: list[MessageExt] = field(default_factory=list)
     suggest_which_broker_id: int = 0
+    messages_filtered: int = 0

@@ -62,6 +62,8 @@ from tidemq.limits import MESSAGE_BODY_SIZE_MAX, group_name_problem
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.message import (
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_RECONSUME_TIME,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     SYSFLAG_COMPRESSED,
     SYSFLAG_COMPRESSION_ZLIB,
@@ -78,6 +80,7 @@ DEFAULT_TOPIC_QUEUE_NUMS = 4  # RocketMQ producer default (protocol-notes §11.3
 COMPRESS_OVER_BYTES = 4096  # compressMsgBodyOverHowmuch
 COMPRESS_LEVEL = 5  # rocketmq.message.compressLevel
 SEND_TIMEOUT_MS = 3000  # sendMsgTimeout
+RETRY_PREFIX = "%RETRY%"  # a consumer group's retry topic is %RETRY%<group>
 RETRY_TIMES_WHEN_SEND_FAILED = 2
 
 _STORED_STATUS = {
@@ -232,7 +235,9 @@ class Producer:
         """Send one message and wait until the broker stored it.
 
         Args:
-            message: the message; it gets a UNIQ_KEY property unless it has one.
+            message: the message; it gets a UNIQ_KEY property unless it has one. For a
+                ``%RETRY%<group>`` topic its RECONSUME_TIME and MAX_RECONSUME_TIMES properties
+                move into the request header, as a consumer re-sending a message needs.
             sharding_key: send to the queue this key hashes to (ordered per key).
             queue: send to exactly this queue.
             selector: ``selector(queues, message) -> queue`` picks the queue.
@@ -255,11 +260,12 @@ class Producer:
         unique_key = properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if unique_key is None:
             unique_key = properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = new_unique_key()
+        topic = message.topic
+        retry_fields = _retry_header_fields(properties) if topic.startswith(RETRY_PREFIX) else {}
         body, sysflag = self._maybe_compress(message.body)
         properties_text = encode_properties(properties)
         if len(properties_text) > _PROPERTIES_CHARS_ALWAYS_OK:
             check_properties_size(message.topic, properties_text)
-        topic = message.topic
         fields = {
             "a": self.group,
             "b": topic,
@@ -270,6 +276,7 @@ class Producer:
             "g": str(time.time_ns() // 1_000_000),
             "h": str(message.flag),
             "i": properties_text,
+            **retry_fields,
         }
         return await self._send_request(
             RequestCode.SEND_MESSAGE_V2, topic, fields, body, unique_key, message,
@@ -546,6 +553,20 @@ class Producer:
 
     def _heartbeat_data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return [{"groupName": self.group}], []
+
+
+def _retry_header_fields(properties: dict[str, str]) -> dict[str, str]:
+    """A message re-sent to ``%RETRY%<group>`` by a consumer carries its reconsume times and
+    limit as properties; like the Java producer, move them into the request header (fields
+    ``j`` reconsumeTimes and ``l`` maxReconsumeTimes), where the broker reads them."""
+    fields: dict[str, str] = {}
+    reconsume_times = properties.pop(PROPERTY_RECONSUME_TIME, None)
+    if reconsume_times is not None:
+        fields["j"] = reconsume_times
+    max_reconsume_times = properties.pop(PROPERTY_MAX_RECONSUME_TIMES, None)
+    if max_reconsume_times is not None:
+        fields["l"] = max_reconsume_times
+    return fields
 
 
 def _random_start() -> int:

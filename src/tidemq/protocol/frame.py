@@ -29,11 +29,13 @@ from tidemq.protocol.command import (
     HEADER_WORD_SIZE,
     RemotingCommand,
     check_header_word,
-    decode_frame_view,
+    decode_checked_frame,
 )
 
 _INT32 = struct.Struct(">i")
-_UINT32 = struct.Struct(">I")
+_FRAME_HEAD = struct.Struct(">iI")  # length, header word
+_FRAME_HEAD_SIZE = FRAME_PREFIX_SIZE + HEADER_WORD_SIZE
+_SERIALIZE_TYPE_MAX = 1  # 0 JSON, 1 ROCKETMQ
 
 # Drop the consumed front of the buffer once it is this large and at least half the buffer:
 # compaction then moves at most as many bytes as were consumed since the last one.
@@ -83,17 +85,23 @@ class FrameDecoder:
         try:
             if self._position == len(self._buffer):
                 # Nothing waiting: decode straight from ``data``, keep only its unfinished tail.
-                self._buffer.clear()
-                self._position = 0
+                if self._buffer:
+                    self._buffer.clear()
+                    self._position = 0
                 self._checked_frame_at = -1
-                commands, consumed = self._decode_available(data, 0)
+                if type(data) is bytes:  # what a transport hands over: sliced without a view
+                    commands, consumed = self._decode_available(data, 0)
+                else:
+                    with memoryview(data) as view:
+                        commands, consumed = self._decode_available(view, 0)
                 if consumed < len(data):
                     self._buffer += memoryview(data)[consumed:]
                     # Positions were counted in ``data``; the tail now starts the buffer.
                     self._checked_frame_at = 0 if self._checked_frame_at == consumed else -1
                 return commands
             self._buffer += data
-            commands, self._position = self._decode_available(self._buffer, self._position)
+            with memoryview(self._buffer) as view:
+                commands, self._position = self._decode_available(view, self._position)
             self._compact()
             return commands
         except ProtocolError as e:
@@ -103,28 +111,46 @@ class FrameDecoder:
             raise
 
     def _decode_available(
-        self, data: bytes | bytearray | memoryview, position: int
+        self, source: bytes | memoryview, position: int
     ) -> tuple[list[RemotingCommand], int]:
-        """Decode every whole frame in ``data`` from ``position``; return them and the new
-        position. Checks the next frame's length and header word even when it is incomplete."""
+        """Decode every whole frame in ``source`` from ``position``; return them and the new
+        position. Checks the next frame's length and header word even when it is incomplete.
+
+        The inner loop of a read holding many small frames: one unpack of the length and
+        header word per frame, the checks inline, and the header decoded straight from
+        ``source`` by ``decode_checked_frame``.
+        """
         commands: list[RemotingCommand] = []
-        with memoryview(data) as view:
-            end = len(view)
-            while end - position >= FRAME_PREFIX_SIZE:
-                length = _INT32.unpack_from(view, position)[0]
-                frame_start = position + FRAME_PREFIX_SIZE
-                if position != self._checked_frame_at:
-                    self._check_length(length)
-                    if end - frame_start < HEADER_WORD_SIZE:
-                        break
-                    word = _UINT32.unpack_from(view, frame_start)[0]
-                    check_header_word(word >> 24, word & HEADER_LENGTH_MAX, length)
-                    self._checked_frame_at = position
-                frame_end = frame_start + length
-                if frame_end > end:
-                    break
-                commands.append(decode_frame_view(view, frame_start, frame_end))
-                position = frame_end
+        append = commands.append
+        unpack_head = _FRAME_HEAD.unpack_from
+        decode = decode_checked_frame
+        frame_size_max = self.frame_size_max
+        checked_at = self._checked_frame_at
+        end = len(source)
+        while end - position >= _FRAME_HEAD_SIZE:
+            length, word = unpack_head(source, position)
+            serialize_type = word >> 24
+            header_length = word & HEADER_LENGTH_MAX
+            if position != checked_at and (
+                not HEADER_WORD_SIZE <= length <= frame_size_max
+                or serialize_type > _SERIALIZE_TYPE_MAX
+                or header_length > length - HEADER_WORD_SIZE
+            ):
+                self._check_length(length)
+                check_header_word(serialize_type, header_length, length)
+            header_start = position + _FRAME_HEAD_SIZE
+            frame_end = header_start - HEADER_WORD_SIZE + length
+            if frame_end > end:
+                self._checked_frame_at = position
+                return commands, position
+            append(
+                decode(source, serialize_type, header_start, header_start + header_length,
+                       frame_end)
+            )
+            position = frame_end
+        if end - position >= FRAME_PREFIX_SIZE and position != checked_at:
+            # The length is here but not the header word: check what can be checked.
+            self._check_length(_INT32.unpack_from(source, position)[0])
         return commands, position
 
     def _check_length(self, length: int) -> None:

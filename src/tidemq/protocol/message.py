@@ -46,8 +46,9 @@ import ipaddress
 import struct
 import sys
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from tidemq.errors import LocalProtocolError, RemoteProtocolError
 from tidemq.limits import PROPERTIES_SIZE_MAX
@@ -122,7 +123,14 @@ def _prefix_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
 
 # Indexed by (born_v6, store_v6) as 2 * born_v6 + store_v6.
 _PREFIX_STRUCTS = tuple(_prefix_struct(b, s) for b in (False, True) for s in (False, True))
-RECORD_PREFIX_SIZE_IPV4 = _PREFIX_STRUCTS[0].size  # 88
+
+# The fixed part of a record before BODY, both hosts IPv4: the one definition every encoder
+# and reader of the layout uses. Its 17 fields, in order: TOTALSIZE, MAGICCODE, BODYCRC,
+# QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP, BORNHOST address (4
+# bytes), BORNHOST port, STORETIMESTAMP, STOREHOST address, STOREHOST port, RECONSUMETIMES,
+# PREPAREDTRANSACTIONOFFSET, BODYLENGTH (4+4+4+4+4+8+8+4+8+4+4+8+4+4+4+8+4 = 88 bytes).
+RECORD_PREFIX_IPV4 = _PREFIX_STRUCTS[0]
+RECORD_PREFIX_SIZE_IPV4 = RECORD_PREFIX_IPV4.size  # 88
 RECORD_FIXED_SIZE_IPV4 = RECORD_PREFIX_SIZE_IPV4 + 1 + 2  # 91
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
@@ -132,10 +140,16 @@ _BATCH_ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE MAGIC CRC FLAG BODYLENG
 BATCH_ENTRY_FIXED_SIZE = _BATCH_ENTRY_HEAD.size + 2  # 22
 
 
-def _prefix_for(sysflag: int) -> struct.Struct:
+def record_prefix(sysflag: int) -> struct.Struct:
+    """The Struct of a record's fixed part before BODY, for the host sizes SYSFLAG names.
+
+    Same 17 fields as ``RECORD_PREFIX_IPV4``; an IPv6 host takes 16 address bytes instead
+    of 4 (SYSFLAG 0x10 for the born host, 0x20 for the store host).
+    """
     return _PREFIX_STRUCTS[
         (2 if sysflag & SYSFLAG_BORNHOST_V6 else 0) + (1 if sysflag & SYSFLAG_STOREHOST_V6 else 0)
     ]
+
 
 
 def store_timestamp_position(sysflag: int) -> int:
@@ -240,6 +254,42 @@ def java_string_hash(text: str) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
+# The same digit tables with the space kept as a space: java_string_hashes joins a batch of
+# strings with spaces, translates the whole batch at once and splits it back.
+_SEPARATOR = b" "
+_LOW_DIGITS_SPACE = _LOW_DIGITS[:32] + _SEPARATOR + _LOW_DIGITS[33:]
+_HIGH_DIGITS_SPACE = _HIGH_DIGITS[:32] + _SEPARATOR + _HIGH_DIGITS[33:]
+_UINT32_MASK = 0xFFFFFFFF
+_INT32_SIGN = 1 << 31
+# Fewer strings than this are hashed one by one: the batch steps' fixed cost would not pay.
+_BATCH_HASH_MIN = 4
+
+
+def java_string_hashes(texts: Sequence[str], prefix: str = "") -> list[int]:
+    """``java_string_hash(prefix + text)`` for each of ``texts``, computed for the batch.
+
+    Equal to the one-at-a-time function, about half its cost for a batch of short ASCII
+    strings: the batch is joined with spaces, translated to base-31 digits in two calls
+    and split back, so only the two ``int`` parses and the final arithmetic run per string.
+    A batch with a space, a non-ASCII character or a very long string is hashed one by one.
+    """
+    if len(texts) < _BATCH_HASH_MIN:
+        return [java_string_hash(prefix + text) for text in texts]
+    joined = prefix + (" " + prefix).join(texts)
+    if joined.isascii() and max(map(len, texts)) + len(prefix) <= _FAST_HASH_LENGTH_MAX:
+        units = joined.encode("ascii")
+        lows = units.translate(_LOW_DIGITS_SPACE).split(_SEPARATOR)
+        # One part per string exactly when no string (nor the prefix) held a space itself.
+        if len(lows) == len(texts) and all(lows):
+            highs = units.translate(_HIGH_DIGITS_SPACE).split(_SEPARATOR)
+            base = repeat(31)
+            return [
+                ((low + 31 * high + _INT32_SIGN) & _UINT32_MASK) - _INT32_SIGN
+                for low, high in zip(map(int, lows, base), map(int, highs, base), strict=True)
+            ]
+    return [java_string_hash(prefix + text) for text in texts]
+
+
 def tags_code(tags: str | None) -> int:
     """The consume-queue tag code of a TAGS value: its Java hash, 0 when absent or empty."""
     return java_string_hash(tags) if tags else 0
@@ -334,7 +384,7 @@ def record_size(
     body_length: int, topic_length: int, properties_length: int, sysflag: int = 0
 ) -> int:
     """Total bytes of a stored record with these field lengths (hosts sized by SYSFLAG)."""
-    return _prefix_for(sysflag).size + body_length + 1 + topic_length + 2 + properties_length
+    return record_prefix(sysflag).size + body_length + 1 + topic_length + 2 + properties_length
 
 
 def encode_record(
@@ -374,7 +424,7 @@ def encode_record(
         sysflag |= SYSFLAG_BORNHOST_V6
     if len(store_host[0]) == 16:
         sysflag |= SYSFLAG_STOREHOST_V6
-    prefix = _prefix_for(sysflag)
+    prefix = record_prefix(sysflag)
     body_length = len(body)
     total = prefix.size + body_length + 1 + len(topic) + 2 + len(properties)
     out = bytearray(total)
@@ -413,7 +463,7 @@ def decode_record(data: bytes | bytearray | memoryview, position: int = 0) -> Me
             f"expected {MAGIC_V1 & 0xFFFFFFFF:#010x}"
         )
     sysflag = _INT32.unpack_from(view, position + POSITION_SYSFLAG)[0] if available >= 40 else 0
-    prefix = _prefix_for(sysflag)
+    prefix = record_prefix(sysflag)
     if total < prefix.size + 3 or total > available:
         raise RemoteProtocolError(
             f"record at {position} claims {total} bytes; {available} are there and "

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import logging
 import struct
+from itertools import chain
 
+from tidemq.store.flush import sync_mapped_files
 from tidemq.store.mapped_file import MappedFile
 from tidemq.store.mapped_file_queue import MappedFileQueue
 
@@ -60,10 +62,7 @@ def pack_entries(physical_offsets: list[int], sizes: list[int], tag_codes: list[
         packer = struct.Struct(">" + "qiq" * count)
         if len(_entry_structs) < 256:
             _entry_structs[count] = packer
-    flat: list[int] = []
-    for entry in zip(physical_offsets, sizes, tag_codes, strict=True):
-        flat.extend(entry)
-    return packer.pack(*flat)
+    return packer.pack(*chain.from_iterable(zip(physical_offsets, sizes, tag_codes, strict=True)))
 
 
 class ConsumeQueue:
@@ -306,8 +305,8 @@ class ConsumeQueue:
             self._min_offset = max(self._min_offset, first.file_from_offset // ENTRY_SIZE)
 
     def flush(self) -> int:
-        """Sync written entries; return the flushed byte offset."""
-        return self.queue.flush()
+        """Sync written entries; return the flushed byte offset (appends go on meanwhile)."""
+        return sync_mapped_files(self.queue)
 
     def close(self) -> None:
         """Unmap the segments (unused spares are deleted)."""

@@ -46,7 +46,7 @@ class DispatchBatch:
     physical_offsets: list[int]
     sizes: list[int]
     tag_codes: list[int]
-    keys: list[list[str]] | None  # per record; None when the index is off
+    keys: list[Sequence[str]] | None  # per record; None when the index is off
     store_timestamp: int
     queued: bool  # gets consume-queue entries
     indexed: bool  # gets index keys
@@ -97,18 +97,24 @@ class ConsumeQueueDispatcher:
 
 
 class IndexDispatcher:
-    """Puts each record's keys into the index."""
+    """Puts each record's keys into the index: a batch in one ``put_many`` when the index
+    has it (IndexService), else one ``put`` per record."""
 
     def __init__(self, index: KeyIndex) -> None:
         self.index = index
+        self._put_many = getattr(index, "put_many", None)
 
     def dispatch(self, batch: DispatchBatch) -> None:
         """Index every record of the batch under its keys (records with none are skipped)."""
         if not batch.indexed or batch.keys is None:
             return
-        put = self.index.put
         topic = batch.topic
         timestamp = batch.store_timestamp
+        if self._put_many is not None and len(batch.keys) > 1:
+            self._put_many(topic, list(zip(batch.physical_offsets, batch.keys, strict=True)),
+                           timestamp)
+            return
+        put = self.index.put
         for physical_offset, keys in zip(batch.physical_offsets, batch.keys, strict=True):
             if keys:
                 put(topic, keys, physical_offset, timestamp)

@@ -53,6 +53,12 @@ class StoreMessage:
     ``tags_code`` overrides the consume-queue tag code for this append only; leave it None so
     the store derives it from TAGS (or, in SCHEDULE_TOPIC_XXXX, from DELAY and the store time),
     which is also what recovery derives when it rebuilds the consume queues.
+
+    ``properties_text``, when set, is stored as the record's PROPERTIES as it is, and saves
+    the store rendering ``properties`` (a broker that has the client's string at hand can
+    pass it on). It must say exactly what ``properties`` says, i.e. equal
+    ``encode_properties(properties)``: the store still takes TAGS and the index keys from
+    ``properties``, while recovery and every reader see the text.
     """
 
     topic: str
@@ -66,6 +72,7 @@ class StoreMessage:
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
     tags_code: int | None = None
+    properties_text: str | None = None
 
 
 @dataclass(slots=True)

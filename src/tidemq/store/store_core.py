@@ -30,6 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Collection
+from itertools import repeat
 
 from tidemq.errors import StoreError
 from tidemq.protocol.msgid import encode_offset_msg_id
@@ -150,7 +151,7 @@ class StoreCore(MessageStore):
             physical_offset=physical_offsets[0],
             wrote_bytes=len(batch.buffer),
             queue_offset=queue_offset if queued else 0,
-            msg_ids=[f"{prefix}{offset:016X}" for offset in physical_offsets],
+            msg_ids=list(map(prefix.__add__, map(format, physical_offsets, repeat("016X")))),
             store_timestamp=store_timestamp,
             message_count=count,
             durable=durable,
