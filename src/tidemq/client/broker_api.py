@@ -4,7 +4,7 @@ id, group members, queue locks and send-back.
 Each function sends one request to one broker address through a ``ClientInstance`` and turns
 the response into Python values, raising ``BrokerRejected`` (with the broker's code and remark)
 for error codes a caller cannot use. Request and response fields are those of
-protocol-notes §4.4, §4.5, §4.8, §4.12–§4.15.
+protocol-notes §4.4, §4.5, §4.8, §4.12 to §4.15.
 """
 
 from __future__ import annotations

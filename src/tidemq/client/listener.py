@@ -72,7 +72,9 @@ def is_coroutine_listener(function: Callable[..., Any]) -> bool:
     """True for ``async def`` functions and objects whose ``__call__`` is one."""
     if inspect.iscoroutinefunction(function):
         return True
-    return inspect.iscoroutinefunction(getattr(function, "__call__", None))
+    if inspect.isroutine(function):
+        return False
+    return inspect.iscoroutinefunction(inspect.getattr_static(type(function), "__call__", None))
 
 
 def as_result(value: object, where: str) -> ConsumeResult:

@@ -98,7 +98,7 @@ def test_a_checkpoint_and_backup_both_corrupt_name_the_files(tmp_path):
     path = tmp_path / "transactionProgress.json"
     path.write_text('{"pending": {"x": 1}}')
     (tmp_path / "transactionProgress.json.bak").write_text("not json")
-    with pytest.raises(ConfigFileCorrupt, match="transactionProgress.json"):
+    with pytest.raises(ConfigFileCorrupt, match=r"transactionProgress\.json"):
         TransactionProgress(path)
 
 
