@@ -66,9 +66,11 @@ class CppClientProcess:
 
     @property
     def out_path(self) -> Path:
+        """Where the scenario writes its result document."""
         return self.workdir / "result.json"
 
     def start(self) -> CppClientProcess:
+        """Start the scenario process (in its own session, HOME = its folder); returns self."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "HOME": str(self.workdir)}  # the C++ client logs under $HOME/logs
         command = [sys.executable, str(SCENARIOS), self.scenario, *self.args,
@@ -130,8 +132,8 @@ class CppClientProcess:
             text = path.read_text(errors="replace") if path.exists() else "(none)"
             if label == "result.json" and path.exists():
                 document = json.loads(text)
-                document.pop("received", None)
-                document.pop("sends", None)
+                for bulky in ("received", "failed", "sends"):
+                    document.pop(bulky, None)
                 text = json.dumps(document, indent=1)
             parts.append(f"--- {label} ---\n{text[-TAIL_CHARS:]}")
         return "\n".join(parts)

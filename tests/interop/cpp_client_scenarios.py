@@ -8,7 +8,7 @@ PID when its time is up. Usage::
         --out result.json
     python cpp_client_scenarios.py consume --namesrv ... --topic T --group G --expect 10 \
         --out result.json [--expression "TagA || TagB"] [--orderly] [--broadcasting] \
-        [--stop-file PATH]
+        [--stop-file PATH] [--fail-below-reconsume N]
     python cpp_client_scenarios.py produce-orderly --namesrv ... --topic T --count 40 \
         --shards 8 --out result.json
 
@@ -38,13 +38,17 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from rocketmq.client import Message, Producer, PushConsumer
-from rocketmq.ffi import MessageModel, dll
+from rocketmq.client import Message, Producer, PushConsumer, RecvMessage
+from rocketmq.exceptions import ffi_check
+from rocketmq.ffi import MSG_CALLBACK_FUNC, MessageModel, dll
 
 LOG_LEVEL_DEBUG = 5  # the C++ client's debug level logs every request and response header
 # Time a consumer keeps listening after it has everything it expects: a message delivered
 # twice (a broker or rebalance bug) shows up as a duplicate instead of passing unseen.
 SETTLE_S = 1.0
+
+CONSUME_SUCCESS, RECONSUME_LATER = 0, 1  # the C API's consume statuses
+callbacks_alive: list[Any] = []  # ctypes callbacks must outlive their registration
 
 _REQUEST_CODE = re.compile(r"processResponseCommand, code:(\d+)")
 _RESPONSE = re.compile(r"\(debug\):code:(-?\d+), remark:\S+, version:\d+, opaque:\d+, "
@@ -66,6 +70,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--orderly", action="store_true")
     parser.add_argument("--broadcasting", action="store_true", help="BROADCASTING model")
     parser.add_argument("--stop-file", type=Path, help="consume until this file exists")
+    parser.add_argument("--fail-below-reconsume", type=int, default=0,
+                        help="answer RECONSUME_LATER while a message's reconsume times are lower")
     parser.add_argument("--timeout-s", type=float, default=60.0)
     args = parser.parse_args(argv)
 
@@ -152,15 +158,22 @@ def consume(args: argparse.Namespace, result: dict[str, Any]) -> tuple[PushConsu
     reconsume_times, seq}`` (``seq``: the user property of that name, "" when absent) in the
     order the listener saw them (per thread; an orderly consumer consumes one queue on one
     thread at a time, so a queue's messages are in order).
+
+    With ``--fail-below-reconsume N`` the listener answers RECONSUME_LATER to every delivery
+    whose reconsume times are below N (the C++ client then hands the message back to the
+    broker, CONSUMER_SEND_MSG_BACK, for a later retry); those deliveries are listed in
+    result["failed"] and do not count as received.
     """
     model = MessageModel.BROADCASTING if args.broadcasting else MessageModel.CLUSTERING
     consumer = PushConsumer(args.group, orderly=args.orderly, message_model=model)
     dll.SetPushConsumerLogLevel(consumer._handle, LOG_LEVEL_DEBUG)
     consumer.set_namesrv_addr(args.namesrv)
     received: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
     lock = threading.Lock()
 
-    def on_message(message: Any) -> None:
+    def on_message(_consumer: int, handle: int) -> int:
+        message = RecvMessage(handle)
         record = {
             "topic": message.topic,
             "body": message.body.decode(),
@@ -172,10 +185,20 @@ def consume(args: argparse.Namespace, result: dict[str, Any]) -> tuple[PushConsu
             "reconsume_times": message.reconsume_times,
             "seq": (message.get_property("seq") or b"").decode(),  # a user property
         }
+        later = record["reconsume_times"] < args.fail_below_reconsume
         with lock:
-            received.append(record)
+            (failed if later else received).append(record)
+        return RECONSUME_LATER if later else CONSUME_SUCCESS
 
-    consumer.subscribe(args.topic, on_message, args.expression)
+    # Registered through the binding's C entry points rather than PushConsumer.subscribe:
+    # its wrapper signals RECONSUME_LATER by raising out of a ctypes callback, which makes the
+    # status the C++ client sees undefined.
+    callback = MSG_CALLBACK_FUNC(on_message)
+    callbacks_alive.append(callback)  # the C++ client calls it for as long as the process lives
+    ffi_check(dll.Subscribe(consumer._handle, args.topic.encode(), args.expression.encode()))
+    register = (dll.RegisterMessageCallbackOrderly if args.orderly
+                else dll.RegisterMessageCallback)
+    ffi_check(register(consumer._handle, callback))
     consumer.start()
     print("CONSUMER STARTED", flush=True)
     allocation = AllocationWatcher(args.topic)
@@ -200,6 +223,7 @@ def consume(args: argparse.Namespace, result: dict[str, Any]) -> tuple[PushConsu
         time.sleep(SETTLE_S)
     with lock:
         result["received"] = list(received)
+        result["failed"] = list(failed)
     return consumer, reached
 
 

@@ -289,3 +289,34 @@ def test_cpp_broadcasting_consumers_of_one_group_each_get_every_new_message(
     for member in members:
         assert_numbered_received_once(member.result()["received"], list(range(5, 5 + count)),
                                       topic)
+
+
+def test_cpp_consumer_gets_messages_it_handed_back_again_after_their_retry_delay(
+        tidemq_cluster, cpp_client, remoting_call, wait_until):
+    # Every delay level 1 s, so the retry (level 3) comes back in a second, not in 10 s.
+    cluster = tidemq_cluster(broker_overrides={"messageDelayLevel": " ".join(["1s"] * 18)})
+    # One retry round: with more, a pull could mix first and second retries, and the C++
+    # client hands back the rest of a batch unseen once one message of it fails, which
+    # would blur what is counted here.
+    topic, group, count, tries = "CppRetry", "cpp_retry", 20, 1
+    create_topic(cluster, remoting_call, wait_until, topic)
+    # The broker creates %RETRY%<group> at the group's first heartbeat, but a C++ client
+    # looks the route up before that and again only every 30 s; creating it first keeps the
+    # test short (a real deployment just waits for the next route refresh).
+    create_topic(cluster, remoting_call, wait_until, f"%RETRY%{group}", queue_nums=1)
+    consumer = cpp_client("retrying-consumer", "consume", "--namesrv", cluster.namesrv_addr,
+                          "--topic", topic, "--group", group, "--expect", str(count),
+                          "--fail-below-reconsume", str(tries))
+    consumer.wait_for_output("CONSUMER STARTED")
+
+    produce(cluster.namesrv_addr, numbered_messages(topic, count))
+
+    result = consumer.result()
+    # RECONSUME_LATER -> CONSUMER_SEND_MSG_BACK (36) -> %RETRY%<group> after the delay ->
+    # delivered again, with the original topic and one more reconsume time.
+    received = result["received"]
+    assert_numbered_received_once([{**r, "reconsume_times": 0} for r in received],
+                                  list(range(count)), topic)
+    assert {record["reconsume_times"] for record in received} == {tries}
+    assert {record["reconsume_times"] for record in result["failed"]} <= set(range(tries))
+    assert int(result["wire"]["request_codes"]["36"]) == count * tries
