@@ -1,9 +1,14 @@
 """Synchronous twins of the asyncio clients, for scripts, notebooks and threads.
 
 ```python
-from tidemq.sync import Producer, PullConsumer, Message
+from tidemq.sync import Producer, PullConsumer, PushConsumer, Message
 with Producer("pg", namesrv="127.0.0.1:9876") as producer:
     result = producer.send(Message("Orders", b"hello"))
+
+consumer = PushConsumer("cg", namesrv="127.0.0.1:9876")
+consumer.subscribe("Orders", "*")
+consumer.listener(lambda messages: print(messages))   # runs in a thread pool
+consumer.start()
 ```
 
 Each twin wraps the asyncio client of the same name (``tidemq.client``) and runs it on a private
@@ -30,6 +35,9 @@ from typing import Any, TypeVar
 from tidemq.client import admin as _admin
 from tidemq.client import producer as _producer
 from tidemq.client import pull_consumer as _pull_consumer
+from tidemq.client import push_consumer as _push_consumer
+from tidemq.client.consume_service import PushStats
+from tidemq.client.listener import ConsumeResult, Listener, MessageModel
 from tidemq.client.message import (
     Message,
     MessageQueue,
@@ -48,13 +56,17 @@ T = TypeVar("T")
 __all__ = [
     "Admin",
     "ConsumeFrom",
+    "ConsumeResult",
     "Message",
     "MessageExt",
+    "MessageModel",
     "MessageQueue",
     "Producer",
     "PullConsumer",
     "PullResult",
     "PullStatus",
+    "PushConsumer",
+    "PushStats",
     "SendResult",
     "SendStatus",
 ]
@@ -271,6 +283,61 @@ class PullConsumer(_Twin):
         self._run(self._async.rebalance())
 
 
+class PushConsumer(_Twin):
+    """Synchronous twin of ``tidemq.client.PushConsumer`` (same arguments).
+
+    A plain-function listener runs in a thread pool here (``listener_threads=True`` unless
+    given), never on the shared event-loop thread: it may block, and it may call other
+    ``tidemq.sync`` clients (send with a sync Producer, for instance). ``start`` returns once
+    consumption runs; ``close`` (or ``shutdown``) stops it.
+    """
+
+    def __init__(self, group: str, namesrv: str | None = None, **options: Any):
+        options.setdefault("listener_threads", True)
+        super().__init__(_push_consumer.PushConsumer, group, namesrv, **options)
+
+    @property
+    def client_id(self) -> str:
+        """The client id, ``<ip>@<instance name>``."""
+        return self._async.client_id
+
+    def subscribe(self, topic: str, expression: str | None = "*") -> None:
+        """Consume ``topic``'s messages matching ``expression``."""
+        self._plain(self._async.subscribe, topic, expression)
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop consuming ``topic``."""
+        self._plain(self._async.unsubscribe, topic)
+
+    def subscription(self) -> dict[str, str]:
+        """Topic -> tag expression."""
+        return self._plain(self._async.subscription)
+
+    def listener(self, function: Listener) -> Listener:
+        """Register the (concurrent) listener; usable as a decorator."""
+        self._plain(self._async.listener, function)
+        return function
+
+    def orderly_listener(self, function: Listener) -> Listener:
+        """Register an orderly listener; usable as a decorator."""
+        self._plain(self._async.orderly_listener, function)
+        return function
+
+    def assignment(self) -> list[MessageQueue]:
+        """The queues owned now."""
+        return self._plain(self._async.assignment)
+
+    def stats(self) -> PushStats:
+        """A snapshot of the consumer's counters."""
+        return self._plain(self._async.stats)
+
+    def rebalance(self) -> None:
+        """Re-share the group's queues now."""
+        self._run(self._async.rebalance())
+
+    shutdown = _Twin.close
+
+
 class Admin(_Twin):
     """Synchronous twin of ``tidemq.client.Admin`` (same arguments and methods)."""
 
@@ -354,6 +421,15 @@ class Admin(_Twin):
     def query_message_by_offset(self, queue: MessageQueue, offset: int) -> MessageExt:
         """The message at a queue offset."""
         return self._run(self._async.query_message_by_offset(queue, offset))
+
+    def dead_letters(self, group: str, **options: Any) -> list[_admin.DeadLetter]:
+        """The messages in ``%DLQ%<group>`` (``Admin.dead_letters``)."""
+        return self._run(self._async.dead_letters(group, **options))
+
+    def redrive_dead_letters(self, group: str, **options: Any
+                             ) -> list[tuple[_admin.DeadLetter, SendResult]]:
+        """Send dead letters back to be consumed again (``Admin.redrive_dead_letters``)."""
+        return self._run(self._async.redrive_dead_letters(group, **options))
 
     def put_kv_config(self, namespace: str, key: str, value: str) -> None:
         """PUT_KV_CONFIG on every name server."""

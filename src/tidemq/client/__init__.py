@@ -1,12 +1,21 @@
-"""tidemq.client: the asyncio Producer, PullConsumer and Admin (``tidemq.sync`` has twins).
+"""tidemq.client: the asyncio Producer, PushConsumer, PullConsumer and Admin (``tidemq.sync``
+has twins).
 
 ```python
 async with Producer("pg", namesrv="127.0.0.1:9876") as producer:
     result = await producer.send(Message("Orders", b"...", tags="paid", keys=["o-42"]))
+
+consumer = PushConsumer("cg", namesrv="127.0.0.1:9876")
+consumer.subscribe("Orders", "paid || refunded")
+
+@consumer.listener
+def on_messages(messages: list[MessageExt]) -> ConsumeResult:
+    return ConsumeResult.SUCCESS
 ```
 """
 
-from tidemq.client.admin import Admin, ConsumeOffset, ConsumeStats, TopicOffset
+from tidemq.client.admin import Admin, ConsumeOffset, ConsumeStats, DeadLetter, TopicOffset
+from tidemq.client.consume_service import PushStats
 from tidemq.client.errors import (
     BrokerRejected,
     ClientStateError,
@@ -15,6 +24,7 @@ from tidemq.client.errors import (
     NameServerUnavailable,
     NoRouteError,
 )
+from tidemq.client.listener import ConsumeResult, MessageModel
 from tidemq.client.message import (
     Message,
     MessageQueue,
@@ -25,6 +35,7 @@ from tidemq.client.message import (
 )
 from tidemq.client.producer import Producer
 from tidemq.client.pull_consumer import ConsumeFrom, PullConsumer
+from tidemq.client.push_consumer import PushConsumer
 from tidemq.client.route import BrokerData, ClusterInfo, QueueData, TopicRouteData
 from tidemq.protocol.message import MessageExt
 
@@ -36,11 +47,14 @@ __all__ = [
     "ClusterInfo",
     "ConsumeFrom",
     "ConsumeOffset",
+    "ConsumeResult",
     "ConsumeStats",
+    "DeadLetter",
     "InvalidMessage",
     "InvalidSubscription",
     "Message",
     "MessageExt",
+    "MessageModel",
     "MessageQueue",
     "NameServerUnavailable",
     "NoRouteError",
@@ -48,6 +62,8 @@ __all__ = [
     "PullConsumer",
     "PullResult",
     "PullStatus",
+    "PushConsumer",
+    "PushStats",
     "QueueData",
     "SendResult",
     "SendStatus",

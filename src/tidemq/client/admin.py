@@ -1,10 +1,20 @@
-"""Admin: topics, clusters, offsets, consumer progress and message lookup (mqadmin's work).
+"""Admin: topics, clusters, offsets, consumer progress, message lookup and dead letters
+(mqadmin's work).
 
 Requests go to the name servers (routes, cluster info, topic list, KV config) or to brokers
 (topic config, stats, offsets, messages). Writes that concern a cluster go to every master of
 it, as RocketMQ's admin tool does: creating a topic sends UPDATE_AND_CREATE_TOPIC to each
 master (which then re-registers with the name servers); deleting one removes it from the
 brokers first and then from every name server.
+
+Dead letters: a consumer group's messages that failed every retry sit in ``%DLQ%<group>``
+(one queue per broker that dead-lettered something; tidemq brokers create it readable).
+``dead_letters`` reads them with plain pulls; ``redrive_dead_letters`` sends copies back to
+their original topic (RETRY_TOPIC), or only to the group's ``%RETRY%<group>`` with
+``to_retry_topic``, keeping body, flag, tags, keys, user properties and the message id
+(UNIQ_KEY). A log can't be edited, so the DLQ keeps its messages; what was redriven is
+remembered as the committed offset of the tools group ``TOOLS_DLQ_REDRIVE`` on the DLQ's
+queues, and a redrive of "all" sends only the messages past that offset.
 """
 
 from __future__ import annotations
@@ -16,18 +26,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemq.client import broker_api
-from tidemq.client.errors import BrokerRejected, ClientStateError, NoRouteError
+from tidemq.client.errors import BrokerRejected, ClientStateError, InvalidMessage, NoRouteError
 from tidemq.client.instance import REQUEST_TIMEOUT_MS, ClientInstance, check_response
-from tidemq.client.message import MessageQueue
-from tidemq.client.producer import default_namesrv
+from tidemq.client.message import Message, MessageQueue, SendResult
+from tidemq.client.producer import Producer, default_namesrv
 from tidemq.client.route import ClusterInfo, TopicRouteData, parse_cluster_info
+from tidemq.client.send_back import dead_letter_topic, resend_properties, retry_topic
 from tidemq.client.subscription import parse_tag_expression
 from tidemq.errors import InvalidMessageId, InvalidTopicName, RemoteProtocolError
 from tidemq.limits import topic_name_problem
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.headers import CreateTopicRequestHeader
-from tidemq.protocol.message import MessageExt
+from tidemq.protocol.message import (
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    MessageExt,
+)
 from tidemq.protocol.msgid import decode_offset_msg_id
 from tidemq.remoting.errors import RemotingError
 
@@ -42,6 +57,12 @@ QUERY_MAX_NUM_DEFAULT = 32
 # An offset id points at an address; if it is really a unique key that address is made up,
 # so give the connect a short leash.
 VIEW_BY_ID_TIMEOUT_MS = 2000
+# The tools group whose committed offsets on a DLQ remember what was redriven.
+DLQ_REDRIVE_GROUP = "TOOLS_DLQ_REDRIVE"
+DLQ_REDRIVE_PRODUCER_GROUP = "TOOLS_DLQ_REDRIVE_PRODUCER"
+# Dead letters read per call at most, and per pull (the broker sends up to 1024 / 1 MiB).
+DEAD_LETTERS_MAX_DEFAULT = 10_000
+DEAD_LETTERS_PULL_BATCH = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +99,32 @@ class ConsumeStats:
     def total_lag(self) -> int:
         """Sum of the per-queue lags (RocketMQ's "Diff Total")."""
         return sum(o.lag for o in self.offsets.values())
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message in a group's dead-letter queue.
+
+    Attributes:
+        message: the stored message (its topic is ``%DLQ%<group>``).
+        queue: the DLQ queue it is in.
+        original_topic: the topic it was first sent to (RETRY_TOPIC), if known.
+        redriven: it was already sent back by a redrive of all dead letters.
+    """
+
+    message: MessageExt
+    queue: MessageQueue
+    original_topic: str | None
+    redriven: bool
+
+    @property
+    def ids(self) -> set[str]:
+        """Every id it may be asked for by: message id, offset id, original message id."""
+        ids = {self.message.msg_id, self.message.offset_msg_id}
+        origin = self.message.properties.get(PROPERTY_ORIGIN_MESSAGE_ID)
+        if origin:
+            ids.add(origin)
+        return ids
 
 
 def message_queue_from_key(key: Any) -> MessageQueue:
@@ -563,6 +610,102 @@ class Admin:
             )
         return result.messages[0]
 
+    # -- dead letters ---------------------------------------------------------------------
+
+    async def dead_letters(self, group: str, *,
+                           max_num: int = DEAD_LETTERS_MAX_DEFAULT) -> list[DeadLetter]:
+        """The messages in ``%DLQ%<group>``, oldest first per queue (at most ``max_num``).
+
+        Returns:
+            The dead letters; empty when the group has none (no DLQ topic yet).
+        """
+        self._check_running()
+        topic = dead_letter_topic(group)
+        route = await self._instance.fetch_route(topic)
+        if route is None:
+            return []
+        letters: list[DeadLetter] = []
+        subscription = parse_tag_expression(topic, "*")
+        for queue in route.subscribe_queues(topic):
+            address = await self._queue_master(queue)
+            offset = await broker_api.min_offset(self._instance, address, queue)
+            end = await broker_api.max_offset(self._instance, address, queue)
+            redriven_up_to = await broker_api.query_consumer_offset(
+                self._instance, address, DLQ_REDRIVE_GROUP, queue) or 0
+            while offset < end and len(letters) < max_num:
+                result = await broker_api.pull_message(
+                    self._instance, address, TOOLS_CONSUMER_GROUP, queue, offset,
+                    min(DEAD_LETTERS_PULL_BATCH, max_num - len(letters)), subscription,
+                )
+                for message in result.messages:
+                    letters.append(DeadLetter(
+                        message, queue, message.properties.get(PROPERTY_RETRY_TOPIC),
+                        message.queue_offset < redriven_up_to,
+                    ))
+                if result.next_begin_offset <= offset:
+                    break
+                offset = result.next_begin_offset
+        return letters[:max_num]
+
+    async def redrive_dead_letters(
+        self,
+        group: str,
+        *,
+        msg_ids: Iterable[str] | None = None,
+        to_retry_topic: bool = False,
+        max_num: int = DEAD_LETTERS_MAX_DEFAULT,
+    ) -> list[tuple[DeadLetter, SendResult]]:
+        """Send dead letters of ``group`` back to be consumed again (module docstring).
+
+        Args:
+            group: the consumer group.
+            msg_ids: redrive only these (message id, offset id or original message id);
+                None redrives every dead letter not redriven before.
+            to_retry_topic: send to ``%RETRY%<group>`` (only this group consumes them
+                again, shown with their original topic) instead of the original topic (every
+                group subscribing it gets them again).
+            max_num: dead letters read at most.
+
+        Returns:
+            (dead letter, send result) for each message sent, in order.
+
+        Raises:
+            NoRouteError: a requested id is not in the DLQ (nothing is sent then).
+            InvalidMessage: a dead letter has no original topic to go back to.
+            BrokerRejected, RemotingError: a send failed; those sent before stay sent (and,
+                for a redrive of all, remembered as redriven).
+        """
+        letters = await self.dead_letters(group, max_num=max_num)
+        if msg_ids is not None:
+            wanted = set(msg_ids)
+            chosen = [letter for letter in letters if letter.ids & wanted]
+            missing = wanted - set().union(*(letter.ids for letter in chosen))
+            if missing:
+                raise NoRouteError(
+                    f"no message with id {', '.join(sorted(missing))} is in "
+                    f"{dead_letter_topic(group)}; list them with 'tidemq admin dlqList -g {group}'"
+                )
+        else:
+            chosen = [letter for letter in letters if not letter.redriven]
+        sent: list[tuple[DeadLetter, SendResult]] = []
+        progress: dict[MessageQueue, int] = {}
+        producer = Producer(DLQ_REDRIVE_PRODUCER_GROUP, self._instance.namesrv_addresses,
+                            request_timeout_ms=self._instance.request_timeout_ms)
+        await producer.start()
+        try:
+            for letter in chosen:
+                result = await producer.send(_redrive_copy(letter, group, to_retry_topic))
+                sent.append((letter, result))
+                if msg_ids is None:
+                    progress[letter.queue] = letter.message.queue_offset + 1
+        finally:
+            await producer.close()
+            for queue, offset in progress.items():
+                await broker_api.update_consumer_offset(
+                    self._instance, await self._queue_master(queue), DLQ_REDRIVE_GROUP, queue,
+                    offset)
+        return sent
+
     # -- name-server KV config ------------------------------------------------------------
 
     async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
@@ -584,3 +727,26 @@ class Admin:
         check_response(response, f"get KV config {namespace}/{key}", "name server")
         return (response.ext_fields or {}).get("value")
 
+
+
+def _redrive_copy(letter: DeadLetter, group: str, to_retry_topic: bool) -> Message:
+    """The message a redrive sends for ``letter``.
+
+    Raises:
+        InvalidMessage: the letter has no original topic.
+    """
+    original = letter.original_topic
+    if not original:
+        raise InvalidMessage(
+            f"dead letter {letter.message.msg_id} of group {group!r} has no RETRY_TOPIC "
+            "property, so its original topic is unknown; it cannot be redriven"
+        )
+    properties = resend_properties(letter.message)
+    if to_retry_topic:
+        properties[PROPERTY_RETRY_TOPIC] = original
+        topic = retry_topic(group)
+    else:
+        properties.pop(PROPERTY_RETRY_TOPIC, None)
+        topic = original
+    properties.pop(PROPERTY_ORIGIN_MESSAGE_ID, None)
+    return Message(topic, letter.message.body, properties=properties, flag=letter.message.flag)

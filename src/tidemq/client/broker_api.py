@@ -32,7 +32,7 @@ from tidemq.protocol.message import (
     SYSFLAG_COMPRESSION_TYPE_MASK,
     SYSFLAG_COMPRESSION_ZLIB,
     MessageExt,
-    iter_records,
+    decode_records,
 )
 
 # PullSysFlag bits (protocol-notes §4.4).
@@ -159,7 +159,7 @@ def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
     Raises:
         RemoteProtocolError: a record is malformed, or a body does not decompress.
     """
-    messages = list(iter_records(body))
+    messages = decode_records(body)
     for message in messages:
         message.broker_name = broker_name
         if message.sysflag & SYSFLAG_COMPRESSED:

@@ -69,10 +69,22 @@ class ProcessQueue:
         A message at or below the largest offset already pulled is ignored: it is in flight
         or was consumed already.
         """
-        fresh: list[MessageExt] = []
+        if not isinstance(messages, list):
+            messages = list(messages)
+        if not messages:
+            return []
         in_flight = self._messages
         order = self._order
         highest = self.max_offset_pulled
+        offsets = [m.queue_offset for m in messages]
+        if offsets[0] > highest and all(map(int.__lt__, offsets, offsets[1:])):
+            # The usual pull: ascending offsets past everything seen, added in bulk.
+            in_flight.update(zip(offsets, messages, strict=True))
+            order.extend(offsets)
+            self.message_bytes += sum([len(m.body) for m in messages])
+            self.max_offset_pulled = offsets[-1]
+            return messages
+        fresh: list[MessageExt] = []
         size = 0
         for message in messages:
             offset = message.queue_offset

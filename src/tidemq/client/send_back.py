@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from tidemq.client import broker_api
+from tidemq.client.instance import ClientInstance
 from tidemq.client.message import Message
 from tidemq.client.producer import Producer
 from tidemq.errors import TidemqError
@@ -58,7 +59,7 @@ DELAY_LEVEL_DEAD_LETTER = -1
 _NOT_RESENT = (
     PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
     PROPERTY_MIN_OFFSET, PROPERTY_MAX_OFFSET, PROPERTY_TRANSACTION_PREPARED, "CLUSTER",
-    "DELAY_QUEUE_OFFSET",
+    "DELAY_QUEUE_OFFSET", PROPERTY_RECONSUME_TIME, PROPERTY_MAX_RECONSUME_TIMES,
 )
 
 
@@ -72,6 +73,12 @@ def dead_letter_topic(group: str) -> str:
     return DLQ_GROUP_TOPIC_PREFIX + group
 
 
+def resend_properties(message: MessageExt) -> dict[str, str]:
+    """``message``'s properties without those the broker and the delay service set anew
+    (delay level, real topic and queue, offsets, cluster, reconsume counters)."""
+    return {k: v for k, v in message.properties.items() if k not in _NOT_RESENT}
+
+
 def resend_copy(message: MessageExt, group: str, max_reconsume_times: int,
                 *, dead_letter: bool = False) -> Message:
     """The message step 2 sends to ``%RETRY%<group>`` for ``message`` (module docstring).
@@ -83,7 +90,7 @@ def resend_copy(message: MessageExt, group: str, max_reconsume_times: int,
         dead_letter: make the broker put it in the dead letters (reconsume times past the
             limit), for an orderly consumer that used up its local retries.
     """
-    properties = {k: v for k, v in message.properties.items() if k not in _NOT_RESENT}
+    properties = resend_properties(message)
     properties.setdefault(PROPERTY_RETRY_TOPIC, message.topic)
     if not properties.get(PROPERTY_ORIGIN_MESSAGE_ID):
         properties[PROPERTY_ORIGIN_MESSAGE_ID] = message.msg_id
@@ -107,7 +114,7 @@ class SendBack:
         producer_factory: builds the inner producer of step 2 on first need.
     """
 
-    def __init__(self, instance: broker_api.ClientInstance, group: str,
+    def __init__(self, instance: ClientInstance, group: str,
                  max_reconsume_times: int, producer_factory: Callable[[], Producer]) -> None:
         self._instance = instance
         self._group = group
