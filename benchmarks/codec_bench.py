@@ -24,9 +24,11 @@ so a wall figure far above its CPU figure means another process took the core. M
 Usage::
 
     .venv/bin/python benchmarks/codec_bench.py [--runs 5] [--only send_] [--json]
+    .venv/bin/python benchmarks/codec_bench.py --baseline /path/to/old/src
 
-Compare two versions of the code in the same sitting by putting one's ``src`` first on
-PYTHONPATH (``PYTHONPATH=/path/to/old/src python benchmarks/codec_bench.py``).
+``--baseline`` loads a second copy of ``tidemq.protocol`` from another source tree (say a
+``git worktree`` of an older commit) into the same process and times the two alternately, run
+by run, so both see the same machine load; it prints both figures and the speed-up.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import importlib
 import os
 import platform
 import statistics
@@ -41,26 +44,19 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import orjson
 
 import tidemq
 from tidemq.protocol.codes import LanguageCode, RequestCode, ResponseCode
-from tidemq.protocol.command import RemotingCommand
-from tidemq.protocol.frame import FrameDecoder
-from tidemq.protocol.headers import (
-    PullMessageRequestHeader,
-    PullMessageResponseHeader,
-    SendMessageRequestHeader,
-    SendMessageResponseHeader,
-)
-from tidemq.protocol.message import (
-    BatchEntry,
-    decode_batch_body,
-    encode_batch_body,
-    encode_properties,
-    encode_record,
-    iter_records,
+
+# The protocol modules a case uses; ``load_codec`` gives the same names from another tree.
+_CODEC_MODULES = (
+    "tidemq.protocol.command",
+    "tidemq.protocol.frame",
+    "tidemq.protocol.headers",
+    "tidemq.protocol.message",
 )
 
 BODY_SIZE_BYTES = 1024
@@ -127,17 +123,17 @@ def _pull_fields() -> dict[str, str]:
     }
 
 
-def _stored_records(count: int) -> bytes:
+def _stored_records(codec: SimpleNamespace, count: int) -> bytes:
     records = []
     for index in range(count):
         properties = _message_properties(index)
         del properties["WAIT"]
         properties["CLUSTER"] = "DefaultCluster"
         records.append(
-            encode_record(
+            codec.encode_record(
                 topic=b"BenchTopic",
                 body=bytes([index % 251]) * BODY_SIZE_BYTES,
-                properties=encode_properties(properties).encode(),
+                properties=codec.encode_properties(properties).encode(),
                 queue_id=2,
                 queue_offset=123456 + index,
                 physical_offset=1_000_000 + index * 1200,
@@ -150,20 +146,53 @@ def _stored_records(count: int) -> bytes:
     return b"".join(records)
 
 
-def _feed_one(frame: bytes) -> Callable[[], RemotingCommand]:
-    decoder = FrameDecoder()
+def load_codec(src_dir: str | None = None) -> SimpleNamespace:
+    """The names the cases use from ``tidemq.protocol``: this process's own copy, or a second
+    copy imported from the ``tidemq`` package under ``src_dir`` (the modules are imported
+    fresh from there, then this process's modules are put back, so both stay usable)."""
+    if src_dir is None:
+        modules = [importlib.import_module(name) for name in _CODEC_MODULES]
+    else:
+        saved = {name: module for name, module in sys.modules.items()
+                 if name == "tidemq" or name.startswith("tidemq.")}
+        saved_path = list(sys.path)
+        try:
+            for name in saved:
+                del sys.modules[name]
+            sys.path.insert(0, src_dir)
+            modules = [importlib.import_module(name) for name in _CODEC_MODULES]
+            origin = os.path.dirname(sys.modules["tidemq"].__file__ or "")
+        finally:
+            for name in [name for name in sys.modules if name.split(".")[0] == "tidemq"]:
+                del sys.modules[name]
+            sys.modules.update(saved)
+            sys.path[:] = saved_path
+        if not origin.startswith(os.path.abspath(src_dir)):
+            raise SystemExit(f"--baseline {src_dir}: imported tidemq from {origin} instead")
+    namespace = SimpleNamespace()
+    for module in modules:
+        for name in dir(module):
+            if not name.startswith("_"):
+                setattr(namespace, name, getattr(module, name))
+    return namespace
 
-    def feed() -> RemotingCommand:
+
+def _feed_one(codec: SimpleNamespace, frame: bytes) -> Callable[[], object]:
+    decoder = codec.FrameDecoder()
+
+    def feed() -> object:
         (command,) = decoder.feed(frame)
         return command
 
     return feed
 
 
-def build_cases() -> list[Case]:
-    """Every benchmark case, with its inputs prepared outside the timed operation."""
+def build_cases(codec: SimpleNamespace) -> list[Case]:
+    """Every benchmark case on ``codec``, inputs prepared outside the timed operation."""
+    RemotingCommand = codec.RemotingCommand
+    BatchEntry = codec.BatchEntry
     body = bytes(range(256)) * (BODY_SIZE_BYTES // 256)
-    properties_text = encode_properties(_message_properties(0))
+    properties_text = codec.encode_properties(_message_properties(0))
     send_fields = _send_fields(properties_text)
     send_request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_fields, body)
     send_request.language = LanguageCode.JAVA
@@ -183,8 +212,8 @@ def build_cases() -> list[Case]:
     pull_fields = _pull_fields()
     pull_request = RemotingCommand.request(RequestCode.PULL_MESSAGE, pull_fields)
     pull_request_frame = pull_request.encode()
-    pull_body = _stored_records(PULL_MESSAGES)
-    pull_response_header = PullMessageResponseHeader(
+    pull_body = _stored_records(codec, PULL_MESSAGES)
+    pull_response_header = codec.PullMessageResponseHeader(
         suggest_which_broker_id=0, next_begin_offset=123488, min_offset=0, max_offset=200000
     )
     pull_response_frame = RemotingCommand.response_to(
@@ -193,20 +222,20 @@ def build_cases() -> list[Case]:
 
     many_frames = send_response_frame * FRAMES_PER_READ
     batch_entries = [
-        BatchEntry(body, encode_properties(_message_properties(index)), 0)
+        BatchEntry(body, codec.encode_properties(_message_properties(index)), 0)
         for index in range(BATCH_MESSAGES)
     ]
-    batch_body = encode_batch_body(batch_entries)
+    batch_body = codec.encode_batch_body(batch_entries)
 
     def send_request_encode() -> object:
         fields = {**send_fields, "g": str(time.time_ns() // 1_000_000)}
         return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body).encode_parts()
 
-    send_request_feed = _feed_one(send_frame)
+    send_request_feed = _feed_one(codec, send_frame)
 
     def send_request_decode() -> object:
         command = send_request_feed()
-        return SendMessageRequestHeader.from_ext_fields(command.ext_fields, command.code)
+        return codec.SendMessageRequestHeader.from_ext_fields(command.ext_fields, command.code)
 
     def send_response_encode() -> object:
         fields = dict(send_response_fields)
@@ -214,18 +243,18 @@ def build_cases() -> list[Case]:
             send_request, ResponseCode.SUCCESS, None, fields
         ).encode_parts()
 
-    send_response_feed = _feed_one(send_response_frame)
+    send_response_feed = _feed_one(codec, send_response_frame)
 
     def send_response_decode() -> object:
-        return SendMessageResponseHeader.from_ext_fields(send_response_feed().ext_fields)
+        return codec.SendMessageResponseHeader.from_ext_fields(send_response_feed().ext_fields)
 
     def pull_request_encode() -> object:
         return RemotingCommand.request(RequestCode.PULL_MESSAGE, pull_fields).encode_parts()
 
-    pull_request_feed = _feed_one(pull_request_frame)
+    pull_request_feed = _feed_one(codec, pull_request_frame)
 
     def pull_request_decode() -> object:
-        return PullMessageRequestHeader.from_ext_fields(pull_request_feed().ext_fields)
+        return codec.PullMessageRequestHeader.from_ext_fields(pull_request_feed().ext_fields)
 
     def pull_response_encode() -> object:
         return RemotingCommand.response_to(
@@ -233,13 +262,13 @@ def build_cases() -> list[Case]:
             pull_body,
         ).encode_parts()
 
-    pull_response_feed = _feed_one(pull_response_frame)
+    pull_response_feed = _feed_one(codec, pull_response_frame)
 
     def pull_response_decode() -> object:
         command = pull_response_feed()
-        return PullMessageResponseHeader.from_ext_fields(command.ext_fields), command.body
+        return codec.PullMessageResponseHeader.from_ext_fields(command.ext_fields), command.body
 
-    many_decoder = FrameDecoder()
+    many_decoder = codec.FrameDecoder()
 
     def frames_in_one_read() -> object:
         return many_decoder.feed(many_frames)
@@ -256,19 +285,19 @@ def build_cases() -> list[Case]:
         Case(f"frames_{FRAMES_PER_READ}_in_one_read", frames_in_one_read, FRAMES_PER_READ, "frame"),
         Case(
             f"batch_body_encode_{BATCH_MESSAGES}",
-            lambda: encode_batch_body(batch_entries),
+            lambda: codec.encode_batch_body(batch_entries),
             BATCH_MESSAGES,
             "msg",
         ),
         Case(
             f"batch_body_decode_{BATCH_MESSAGES}",
-            lambda: decode_batch_body(batch_body),
+            lambda: codec.decode_batch_body(batch_body),
             BATCH_MESSAGES,
             "msg",
         ),
         Case(
             f"pull_body_decode_{PULL_MESSAGES}",
-            lambda: list(iter_records(pull_body)),
+            lambda: list(codec.iter_records(pull_body)),
             PULL_MESSAGES,
             "msg",
         ),
@@ -287,33 +316,53 @@ def _loop_count(operation: Callable[[], object], min_time_s: float) -> int:
         loops *= 2
 
 
-def measure(case: Case, runs: int, min_time_s: float) -> dict[str, object]:
-    """Time ``case``: ``runs`` runs of a calibrated loop; medians in µs per operation."""
-    operation = case.operation
-    operation()  # warm caches (lru caches, first-call imports) outside the timing
-    loops = _loop_count(operation, min_time_s)
-    wall_us: list[float] = []
-    cpu_us: list[float] = []
+def measure(versions: list[Case], runs: int, min_time_s: float) -> list[dict[str, object]]:
+    """Time one case in one or more versions, alternating run by run.
+
+    Each run is a loop calibrated on the first version (the same loop count for all), so
+    the versions share the machine's load as fairly as a shared machine allows. Returns
+    one result per version: median (and min) µs per operation, wall clock and CPU time.
+    """
+    for version in versions:
+        version.operation()  # warm caches (lru caches, compiled readers) outside the timing
+    loops = _loop_count(versions[0].operation, min_time_s)
+    wall_us: list[list[float]] = [[] for _ in versions]
+    cpu_us: list[list[float]] = [[] for _ in versions]
     for _ in range(runs):
-        gc.collect()
-        cpu_started = time.process_time()
-        started = time.perf_counter()
-        for _ in range(loops):
-            operation()
-        wall_us.append((time.perf_counter() - started) / loops * 1e6)
-        cpu_us.append((time.process_time() - cpu_started) / loops * 1e6)
-    wall, cpu = statistics.median(wall_us), statistics.median(cpu_us)
-    result: dict[str, object] = {
-        "name": case.name,
-        "loops": loops,
-        "us_per_op": round(wall, 3),
-        "cpu_us_per_op": round(cpu, 3),
-        "runs_us_per_op": [round(value, 3) for value in wall_us],
-    }
-    if case.items > 1:
-        result[f"us_per_{case.item_name}"] = round(wall / case.items, 4)
-        result[f"{case.item_name}_per_s"] = round(case.items / wall * 1e6)
-    return result
+        for index, version in enumerate(versions):
+            operation = version.operation
+            gc.collect()
+            cpu_started = time.process_time()
+            started = time.perf_counter()
+            for _ in range(loops):
+                operation()
+            wall_us[index].append((time.perf_counter() - started) / loops * 1e6)
+            cpu_us[index].append((time.process_time() - cpu_started) / loops * 1e6)
+    results = []
+    for version, walls, cpus in zip(versions, wall_us, cpu_us, strict=True):
+        wall = statistics.median(walls)
+        result: dict[str, object] = {
+            "name": version.name,
+            "loops": loops,
+            "us_per_op": round(wall, 3),
+            "cpu_us_per_op": round(statistics.median(cpus), 3),
+            "min_us_per_op": round(min(walls), 3),
+            "runs_us_per_op": [round(value, 3) for value in walls],
+        }
+        if version.items > 1:
+            result[f"us_per_{version.item_name}"] = round(wall / version.items, 4)
+            result[f"{version.item_name}_per_s"] = round(version.items / wall * 1e6)
+        results.append(result)
+    return results
+
+
+def _per_item(case: Case, result: dict[str, object]) -> str:
+    if case.items == 1:
+        return ""
+    return (
+        f"{result[f'us_per_{case.item_name}']:.3f} us/{case.item_name} "
+        f"({result[f'{case.item_name}_per_s']:,} {case.item_name}/s)"
+    )
 
 
 def machine() -> dict[str, object]:
@@ -343,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="runs per case; median reported")
     parser.add_argument("--min-time-s", type=float, default=0.2, help="length of one run")
     parser.add_argument("--only", default="", help="run only cases whose name contains this")
+    parser.add_argument("--baseline", metavar="SRC", help="also time tidemq from SRC/tidemq")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
     if args.runs < 1:
@@ -355,27 +405,44 @@ def main(argv: list[str] | None = None) -> int:
         "frames_per_read": FRAMES_PER_READ,
         "runs": args.runs,
         "min_time_s": args.min_time_s,
+        "baseline": args.baseline,
     }
+    cases = build_cases(load_codec())
+    baseline_cases = build_cases(load_codec(args.baseline)) if args.baseline else None
     if not args.json:
         print(" ".join(f"{key}={value}" for key, value in about.items()))
         print(" ".join(f"{key}={value}" for key, value in parameters.items()))
-        print(f"{'case':28} {'us/op':>10} {'cpu us/op':>10}  per item")
+        if baseline_cases:
+            print(f"{'case':28} {'base us/op':>10} {'cpu':>8} {'us/op':>10} {'cpu':>8} "
+                  f"{'speed-up':>8}  per item")
+        else:
+            print(f"{'case':28} {'us/op':>10} {'cpu us/op':>10}  per item")
     results = []
-    for case in build_cases():
+    for index, case in enumerate(cases):
         if args.only not in case.name:
             continue
-        result = measure(case, args.runs, args.min_time_s)
+        if baseline_cases:
+            base, result = measure([baseline_cases[index], case], args.runs, args.min_time_s)
+            result["baseline"] = base
+            result["speed_up_cpu"] = round(
+                float(base["cpu_us_per_op"]) / float(result["cpu_us_per_op"]), 2  # type: ignore[arg-type]
+            )
+        else:
+            (result,) = measure([case], args.runs, args.min_time_s)
         results.append(result)
-        if not args.json:
-            per_item = ""
-            if case.items > 1:
-                per_item = (
-                    f"{result[f'us_per_{case.item_name}']:.3f} us/{case.item_name} "
-                    f"({result[f'{case.item_name}_per_s']:,} {case.item_name}/s)"
-                )
+        if args.json:
+            continue
+        if baseline_cases:
+            print(
+                f"{case.name:28} {base['us_per_op']:10.2f} {base['cpu_us_per_op']:8.2f} "
+                f"{result['us_per_op']:10.2f} {result['cpu_us_per_op']:8.2f} "
+                f"{result['speed_up_cpu']:7.2f}x  {_per_item(case, result)}",
+                flush=True,
+            )
+        else:
             print(
                 f"{case.name:28} {result['us_per_op']:10.2f} {result['cpu_us_per_op']:10.2f}  "
-                f"{per_item}",
+                f"{_per_item(case, result)}",
                 flush=True,
             )
     if args.json:

@@ -119,8 +119,12 @@ class _Progress:
 
 async def run_produce(namesrv: str, topic: str, size: int, batch: int, concurrency: int,
                       count: int | None, seconds: float | None, group: str,
-                      show_progress: bool) -> Summary:
-    """Run the produce benchmark and return its summary (see the module docstring)."""
+                      show_progress: bool, rate: float | None = None) -> Summary:
+    """Run the produce benchmark and return its summary (see the module docstring).
+
+    With ``rate`` (messages per second) requests are paced to that rate over all workers
+    instead of sent as fast as possible: the way to measure latency at a given load.
+    """
     summary = Summary("produce", topic, size, batch, concurrency)
     body = (os.urandom(64) * (size // 64 + 1))[:size]
     latencies_ms: list[float] = []
@@ -133,10 +137,21 @@ async def run_produce(namesrv: str, topic: str, size: int, batch: int, concurren
         started = time.perf_counter()
         deadline = started + seconds if seconds is not None else None
 
+        interval_s = per_request / rate if rate else 0.0
+        next_slot = [started]
+
         async def worker() -> None:
             while True:
                 if deadline is not None and time.perf_counter() >= deadline:
                     return
+                if interval_s:
+                    # Each request takes the next slot of a fixed schedule, so a slow reply
+                    # does not lower the offered load (no coordinated omission).
+                    slot = next_slot[0]
+                    next_slot[0] += interval_s
+                    delay = slot - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
                 take = per_request
                 if count is not None:
                     take = min(per_request, count - claimed[0])
@@ -266,14 +281,17 @@ def bench() -> None:
 @click.option("--count", type=int, help="Stop after this many messages.")
 @click.option("--seconds", type=float, help="Stop after this many seconds.")
 @click.option("-g", "--group", default="BENCH_PRODUCER", show_default=True)
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True),
+              help="Offer this many messages per second instead of as many as possible.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON line.")
 def produce(namesrv: str, topic: str, size: int, batch: int, concurrency: int,
-            count: int | None, seconds: float | None, group: str, as_json: bool) -> None:
-    """Send messages as fast as the cluster takes them."""
+            count: int | None, seconds: float | None, group: str, rate: float | None,
+            as_json: bool) -> None:
+    """Send messages as fast as the cluster takes them (or at --rate)."""
     _check_bounds(count, seconds)
     try:
         summary = run_on_loop(run_produce(namesrv, topic, size, batch, concurrency, count,
-                                          seconds, group, not as_json))
+                                          seconds, group, not as_json, rate))
     except (TidemqError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     _report(summary, as_json)

@@ -259,6 +259,15 @@ def java_string_hash(text: str) -> int:
 _SEPARATOR = b" "
 _LOW_DIGITS_SPACE = _LOW_DIGITS[:32] + _SEPARATOR + _LOW_DIGITS[33:]
 _HIGH_DIGITS_SPACE = _HIGH_DIGITS[:32] + _SEPARATOR + _HIGH_DIGITS[33:]
+# Strings whose characters all lie in the 31 codes from "0" (48) to "N" (78), uppercase hex
+# such as UNIQ_KEY among them, need one parse instead of two: each code is 48 plus one base-31
+# digit. Codes outside the window become "!", which no base-31 number holds.
+_WINDOW_BASE = 48
+_WINDOW_DIGITS = bytes(
+    _BASE31_DIGITS[code - _WINDOW_BASE] if _WINDOW_BASE <= code < _WINDOW_BASE + 31
+    else _SEPARATOR[0] if code == _SEPARATOR[0] else ord("!")
+    for code in range(256)
+)
 _UINT32_MASK = 0xFFFFFFFF
 _INT32_SIGN = 1 << 31
 # Fewer strings than this are hashed one by one: the batch steps' fixed cost would not pay.
@@ -275,6 +284,10 @@ def java_string_hashes(texts: Sequence[str], prefix: str = "") -> list[int]:
     """
     if len(texts) < _BATCH_HASH_MIN:
         return [java_string_hash(prefix + text) for text in texts]
+    if len(set(map(len, texts))) == 1:
+        hashes = _window_hashes(texts, prefix)
+        if hashes is not None:
+            return hashes
     joined = prefix + (" " + prefix).join(texts)
     if joined.isascii() and max(map(len, texts)) + len(prefix) <= _FAST_HASH_LENGTH_MAX:
         units = joined.encode("ascii")
@@ -288,6 +301,35 @@ def java_string_hashes(texts: Sequence[str], prefix: str = "") -> list[int]:
                 for low, high in zip(map(int, lows, base), map(int, highs, base), strict=True)
             ]
     return [java_string_hash(prefix + text) for text in texts]
+
+
+def _window_hashes(texts: Sequence[str], prefix: str) -> list[int] | None:
+    # Strings of one length n in the window: hash(prefix + text) = hash(prefix) * 31^n +
+    # sum((48 + digit_i) * 31^(n-1-i)) = int(digits, 31) + a constant of prefix and n.
+    # None when a character is outside the window (or is a space).
+    joined = " ".join(texts)
+    if not texts[0] or not joined.isascii():
+        return None
+    digits = joined.encode("ascii").translate(_WINDOW_DIGITS)
+    if b"!" in digits:
+        return None
+    parts = digits.split(_SEPARATOR)
+    if len(parts) != len(texts):
+        return None
+    constant = _window_constant(prefix, len(texts[0]))
+    return [
+        ((value + constant) & _UINT32_MASK) - _INT32_SIGN
+        for value in map(int, parts, repeat(31))
+    ]
+
+
+@functools.lru_cache(maxsize=256)
+def _window_constant(prefix: str, length: int) -> int:
+    # hash(prefix) * 31^n + 48 * (31^(n-1) + ... + 1), mod 2^32, plus the sign offset that
+    # turns the unsigned result into a signed one with one subtraction.
+    repunit = (pow(31, length, 30 << 32) - 1) // 30  # (31^n - 1) / 30 mod 2^32
+    value = java_string_hash(prefix) * pow(31, length, 1 << 32) + _WINDOW_BASE * repunit
+    return (value + _INT32_SIGN) & _UINT32_MASK
 
 
 def tags_code(tags: str | None) -> int:
@@ -452,8 +494,117 @@ def decode_record(data: bytes | bytearray | memoryview, position: int = 0) -> Me
         RemoteProtocolError: the bytes are not a whole, well-formed v1 record (bad magic,
             a size that does not add up, a field running past the end).
     """
-    view = memoryview(data)
-    available = len(view) - position
+    if type(data) is bytes:
+        return _decode_record(data, position, len(data))
+    # Released on return: the message holds copies, and a live view would pin ``data`` (a
+    # bytearray could not grow, an mmap could not close).
+    with memoryview(data) as view:
+        return _decode_record(view, position, len(view))
+
+
+def iter_records(data: bytes | bytearray | memoryview) -> Iterator[MessageExt]:
+    """Decode a concatenation of records (a pull, query or view body) front to back.
+
+    Raises:
+        RemoteProtocolError: a record is malformed or the bytes end inside one.
+    """
+    source = data if type(data) is bytes else memoryview(data)
+    try:
+        position = 0
+        end = len(source)
+        while position < end:
+            message = _decode_record(source, position, end)
+            position += message.store_size
+            yield message
+    finally:
+        # Our own view goes now, not when the traceback of an error raised here (which
+        # holds this frame) goes: a live view would keep a bytearray from growing.
+        if source is not data:
+            source.release()
+
+
+def decode_records(data: bytes | bytearray | memoryview) -> list[MessageExt]:
+    """All records of a pull, query or view body, in order.
+
+    Raises:
+        RemoteProtocolError: as ``iter_records``.
+    """
+    if type(data) is bytes:
+        return _decode_records(data)
+    with memoryview(data) as view:
+        return _decode_records(view)
+
+
+def _decode_records(source: bytes | memoryview) -> list[MessageExt]:
+    messages: list[MessageExt] = []
+    append = messages.append
+    position = 0
+    end = len(source)
+    while position < end:
+        message = _decode_record(source, position, end)
+        append(message)
+        position += message.store_size
+    return messages
+
+
+_HOSTS_V6 = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+_unpack_prefix_ipv4 = RECORD_PREFIX_IPV4.unpack_from
+
+
+def _decode_record(source: bytes | memoryview, position: int, end: int) -> MessageExt:
+    """The record at ``position`` of ``source`` (bytes or a byte memoryview), which holds
+    ``end`` bytes. The common record (v1 magic, IPv4 hosts) is read with one unpack of its
+    88-byte prefix and three slices; any other, or any inconsistency, is left to
+    ``_decode_record_checked``, which reads it field by field and names what is wrong.
+    """
+    available = end - position
+    if available >= RECORD_FIXED_SIZE_IPV4:
+        (
+            total, magic, crc, queue_id, flag, queue_offset, physical_offset, sysflag,
+            born_timestamp, born_address, born_port, store_timestamp, store_address, store_port,
+            reconsume_times, prepared_offset, body_length,
+        ) = _unpack_prefix_ipv4(source, position)
+        body_start = position + RECORD_PREFIX_SIZE_IPV4
+        body_end = body_start + body_length
+        record_end = position + total
+        if (
+            magic == MAGIC_V1
+            and not sysflag & _HOSTS_V6
+            and total <= available
+            and body_length >= 0
+            and body_end + 3 <= record_end  # so total >= 91, and TOPICLENGTH is inside
+        ):
+            topic_end = body_end + 1 + source[body_end]
+            properties_start = topic_end + 2
+            if (
+                properties_start <= record_end
+                and properties_start + _INT16.unpack_from(source, topic_end)[0] == record_end
+            ):
+                return MessageExt(
+                    str(source[body_end + 1 : topic_end], "utf-8", "replace"),
+                    bytes(source[body_start:body_end]),
+                    flag,
+                    decode_properties(
+                        str(source[properties_start:record_end], "utf-8", "replace")
+                    ),
+                    queue_id,
+                    queue_offset,
+                    physical_offset,
+                    sysflag,
+                    born_timestamp,
+                    unpack_host(born_address, born_port),
+                    store_timestamp,
+                    unpack_host(store_address, store_port),
+                    reconsume_times,
+                    prepared_offset,
+                    crc,
+                    total,
+                )
+    return _decode_record_checked(source, position, end)
+
+
+def _decode_record_checked(view: bytes | memoryview, position: int, end: int) -> MessageExt:
+    available = end - position
     if available < 8:
         raise RemoteProtocolError(f"record at {position} is cut: only {available} bytes left")
     total, magic = _SIZE_MAGIC.unpack_from(view, position)
@@ -515,26 +666,6 @@ def decode_record(data: bytes | bytearray | memoryview, position: int = 0) -> Me
     )
 
 
-def iter_records(data: bytes | bytearray | memoryview) -> Iterator[MessageExt]:
-    """Decode a concatenation of records (a pull, query or view body) front to back.
-
-    Raises:
-        RemoteProtocolError: a record is malformed or the bytes end inside one.
-    """
-    view = memoryview(data)
-    position = 0
-    end = len(view)
-    while position < end:
-        message = decode_record(view, position)
-        position += message.store_size
-        yield message
-
-
-def decode_records(data: bytes | bytearray | memoryview) -> list[MessageExt]:
-    """All records of a pull, query or view body, in order."""
-    return list(iter_records(data))
-
-
 # -- batch body ---------------------------------------------------------------------------------
 
 
@@ -554,18 +685,27 @@ def encode_batch_body(entries: list[BatchEntry]) -> bytes:
         LocalProtocolError: an entry's properties exceed 32767 bytes.
     """
     parts: list[bytes] = []
+    pack_head = _BATCH_ENTRY_HEAD.pack
+    pack_int16 = _INT16.pack
     for entry in entries:
+        body = entry.body
         properties = entry.properties.encode("utf-8")
-        if len(properties) > PROPERTIES_SIZE_MAX:
+        properties_length = len(properties)
+        if properties_length > PROPERTIES_SIZE_MAX:
             raise LocalProtocolError(
-                f"batch entry properties are {len(properties)} bytes, "
+                f"batch entry properties are {properties_length} bytes, "
                 f"more than {PROPERTIES_SIZE_MAX}"
             )
-        total = BATCH_ENTRY_FIXED_SIZE + len(entry.body) + len(properties)
-        parts.append(_BATCH_ENTRY_HEAD.pack(total, 0, 0, entry.flag, len(entry.body)))
-        parts.append(entry.body)
-        parts.append(_INT16.pack(len(properties)))
-        parts.append(properties)
+        body_length = len(body)
+        parts += (
+            pack_head(
+                BATCH_ENTRY_FIXED_SIZE + body_length + properties_length, 0, 0, entry.flag,
+                body_length,
+            ),
+            body,
+            pack_int16(properties_length),
+            properties,
+        )
     return b"".join(parts)
 
 
@@ -575,34 +715,63 @@ def decode_batch_body(data: bytes | bytearray | memoryview) -> list[BatchEntry]:
     Raises:
         RemoteProtocolError: an entry's sizes do not add up or run past the body.
     """
-    view = memoryview(data)
-    end = len(view)
-    position = 0
+    if type(data) is bytes:
+        return _decode_batch_body(data)
+    with memoryview(data) as view:  # released on return: entries hold copies
+        return _decode_batch_body(view)
+
+
+def _decode_batch_body(source: bytes | memoryview) -> list[BatchEntry]:
+    # One unpack of the 20-byte entry head, one of PROPERTIESLENGTH and two slices per entry;
+    # an entry whose sizes do not add up is described by _batch_entry_error.
     entries: list[BatchEntry] = []
+    append = entries.append
+    unpack_head = _BATCH_ENTRY_HEAD.unpack_from
+    unpack_int16 = _INT16.unpack_from
+    head_size = _BATCH_ENTRY_HEAD.size
+    end = len(source)
+    position = 0
     while position < end:
         if end - position < BATCH_ENTRY_FIXED_SIZE:
-            raise RemoteProtocolError(
-                f"batch entry at {position} is cut: {end - position} bytes left, "
-                f"at least {BATCH_ENTRY_FIXED_SIZE} needed"
+            raise _batch_entry_error(source, position, end)
+        total, _, _, flag, body_length = unpack_head(source, position)
+        body_start = position + head_size
+        body_end = body_start + body_length
+        properties_start = body_end + 2
+        entry_end = position + total
+        if (
+            body_length < 0
+            or not properties_start <= entry_end <= end
+            or properties_start + unpack_int16(source, body_end)[0] != entry_end
+        ):
+            raise _batch_entry_error(source, position, end)
+        append(
+            BatchEntry(
+                bytes(source[body_start:body_end]),
+                str(source[properties_start:entry_end], "utf-8", "replace"),
+                flag,
             )
-        total, _, _, flag, body_length = _BATCH_ENTRY_HEAD.unpack_from(view, position)
-        too_small = total < BATCH_ENTRY_FIXED_SIZE + body_length
-        if body_length < 0 or too_small or position + total > end:
-            raise RemoteProtocolError(
-                f"batch entry at {position} claims {total} bytes with a {body_length}-byte body; "
-                f"{end - position} bytes are left"
-            )
-        cursor = position + _BATCH_ENTRY_HEAD.size
-        body = bytes(view[cursor : cursor + body_length])
-        cursor += body_length
-        properties_length = _INT16.unpack_from(view, cursor)[0]
-        cursor += 2
-        if properties_length < 0 or cursor + properties_length != position + total:
-            raise RemoteProtocolError(
-                f"batch entry at {position}: properties length {properties_length} "
-                "does not end the entry"
-            )
-        properties = bytes(view[cursor : cursor + properties_length]).decode("utf-8", "replace")
-        entries.append(BatchEntry(body=body, properties=properties, flag=flag))
-        position += total
+        )
+        position = entry_end
     return entries
+
+
+def _batch_entry_error(source: bytes | memoryview, position: int, end: int) -> RemoteProtocolError:
+    """What is wrong with the batch entry at ``position``, which failed a size check."""
+    if end - position < BATCH_ENTRY_FIXED_SIZE:
+        return RemoteProtocolError(
+            f"batch entry at {position} is cut: {end - position} bytes left, "
+            f"at least {BATCH_ENTRY_FIXED_SIZE} needed"
+        )
+    total, _, _, _, body_length = _BATCH_ENTRY_HEAD.unpack_from(source, position)
+    if body_length < 0 or total < BATCH_ENTRY_FIXED_SIZE + body_length or position + total > end:
+        return RemoteProtocolError(
+            f"batch entry at {position} claims {total} bytes with a {body_length}-byte body; "
+            f"{end - position} bytes are left"
+        )
+    body_end = position + _BATCH_ENTRY_HEAD.size + body_length
+    properties_length = _INT16.unpack_from(source, body_end)[0]
+    return RemoteProtocolError(
+        f"batch entry at {position}: properties length {properties_length} "
+        "does not end the entry"
+    )
