@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/store_bench.py [--messages 200000] [--size 1024] [--batch 64]
                                                [--runs 3] [--dir benchmarks/out] [--only NAME]
+                                               [--properties-text] [--json]
 
 Three figures, each the median of ``--runs`` runs on a fresh store:
 - ``append_async``: put_messages (batches of ``--batch``) + dispatch to consume queue and index
@@ -38,6 +39,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
+from tidemq.protocol.message import encode_properties
 from tidemq.protocol.msgid import new_unique_key
 from tidemq.store.config import FlushDiskType, StoreConfig
 from tidemq.store.file_store import FileMessageStore
@@ -109,28 +111,32 @@ def machine_description() -> str:
     )
 
 
-def make_batches(count: int, size: int, batch: int, queue_id: int = 0) -> list[list[StoreMessage]]:
-    """Messages as a producer sends them: a body, TAGS, one KEYS token and a UNIQ_KEY."""
+def make_batches(
+    count: int, size: int, batch: int, queue_id: int = 0, with_text: bool = False
+) -> list[list[StoreMessage]]:
+    """Messages as a producer sends them: a body, TAGS, one KEYS token and a UNIQ_KEY.
+
+    ``with_text`` also hands the store the rendered properties string
+    (``StoreMessage.properties_text``), as a broker forwarding the client's string would.
+    """
     body = os.urandom(size)
     batches = []
     for start in range(0, count, batch):
-        batches.append(
-            [
+        messages = []
+        for index in range(start, min(start + batch, count)):
+            properties = {"TAGS": "bench", "KEYS": f"k{index}", "UNIQ_KEY": new_unique_key()}
+            messages.append(
                 StoreMessage(
                     topic=TOPIC,
                     queue_id=queue_id,
                     body=body,
-                    properties={
-                        "TAGS": "bench",
-                        "KEYS": f"k{index}",
-                        "UNIQ_KEY": new_unique_key(),
-                    },
+                    properties=properties,
                     born_timestamp=int(time.time() * 1000),
                     born_host="127.0.0.1:50000",
+                    properties_text=encode_properties(properties) if with_text else None,
                 )
-                for index in range(start, min(start + batch, count))
-            ]
-        )
+            )
+        batches.append(messages)
     return batches
 
 
@@ -142,7 +148,7 @@ def open_store(directory: str, flush_disk_type: FlushDiskType) -> FileMessageSto
 
 
 def bench_append_async(args: argparse.Namespace, directory: str) -> Run:
-    batches = make_batches(args.messages, args.size, args.batch)
+    batches = make_batches(args.messages, args.size, args.batch, with_text=args.properties_text)
     store = open_store(directory, FlushDiskType.ASYNC_FLUSH)
     wrote = 0
     try:
@@ -184,7 +190,7 @@ def bench_append_sync(args: argparse.Namespace, directory: str) -> tuple[Run, fl
     """
     per_thread = args.messages // SYNC_APPENDERS
     work = [
-        make_batches(per_thread, args.size, args.batch, queue_id=i)
+        make_batches(per_thread, args.size, args.batch, i, with_text=args.properties_text)
         for i in range(SYNC_APPENDERS)
     ]
     # One message's record size, from a throwaway in-memory encode, sizes the baseline.
@@ -275,6 +281,10 @@ def main() -> int:
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
     parser.add_argument("--only", choices=["append_async", "append_sync", "read_queue"])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--properties-text", action="store_true",
+        help="also pass each message's rendered properties (StoreMessage.properties_text)",
+    )
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     work_dir = tempfile.mkdtemp(prefix="store-bench-", dir=args.dir)
@@ -285,11 +295,13 @@ def main() -> int:
         "size": args.size,
         "batch": args.batch,
         "runs": args.runs,
+        "properties_text": args.properties_text,
         "date": time.strftime("%Y-%m-%d"),
     }
     if not args.json:
         print(f"store bench: {args.messages} x {args.size} B, batch {args.batch}, "
-              f"median of {args.runs}; dir {work_dir}")
+              f"median of {args.runs}"
+              f"{', properties_text given' if args.properties_text else ''}; dir {work_dir}")
         print(f"machine: {figures['machine']}")
     try:
         if args.only in (None, "append_async"):

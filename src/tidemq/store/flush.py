@@ -6,14 +6,14 @@
 - ``GroupCommitService`` (SYNC_FLUSH): each append asks for its end offset to be synced and
   gets a Future. The thread takes every request queued so far, syncs once up to the end of
   the log, and completes every request at or below the synced offset, so appends that
-  arrive together share one msync. A failed sync completes its requests with
+  arrive together share one sync. A failed sync completes its requests with
   FLUSH_DISK_TIMEOUT (the broker's answer for "stored but not known durable").
-
 - ``sync_mapped_files``: what both call to sync a log (the commit log, a consume queue):
   ``fdatasync`` on each segment's file rather than ``mmap.flush``. On Linux both write the
-  pages the mapping dirtied and wait for the disk, but CPython's ``mmap.flush`` (msync)
-  holds the GIL for the whole wait, stopping every appender for as long as the disk takes;
-  ``os.fdatasync`` releases it, so appends go on while the group commit waits.
+  file's dirty pages (written through the mapping or not) and wait for the disk, but
+  CPython's ``mmap.flush`` (msync) holds the GIL for the whole wait, stopping every
+  appender for as long as the disk takes; ``os.fdatasync`` releases it, so appends go on
+  while the group commit waits.
 
 Threads: each service owns one daemon thread. The request list is guarded by the service's
 condition; the thread is the only one that completes futures.
@@ -32,9 +32,6 @@ from tidemq.errors import StoreError
 from tidemq.store.interface import PutStatus
 from tidemq.store.mapped_file import MappedFile
 from tidemq.store.mapped_file_queue import MappedFileQueue
-
-# fdatasync skips metadata the data does not need (mtime); macOS has only fsync.
-_datasync = getattr(os, "fdatasync", os.fsync)
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +182,8 @@ def _sync_segment(mapped: MappedFile) -> int:
         try:
             fd = os.open(mapped.path, os.O_RDWR)
             try:
-                _datasync(fd)
+                # fdatasync skips metadata the data does not need (mtime); macOS lacks it.
+                getattr(os, "fdatasync", os.fsync)(fd)
             finally:
                 os.close(fd)
         except OSError as e:

@@ -29,12 +29,16 @@ max_index_num, and the next key goes to a new file that starts with the previous
 offset and time. Files are created sparse (truncate, never written with zeros) and mmap'd.
 There is no checksum: the index is derived data, rebuilt from the commit log.
 
-A message is indexed under ``topic#UNIQ_KEY`` and ``topic#<each KEYS token>``. A query hashes
-``topic#key``, reads the slot and walks the chain backwards (entries only ever point to older
-entries), keeping offsets whose keyHash matches and whose time ``beginTimestamp + timeDiff *
-1000`` lies in the window; hash collisions are left for the caller, who reads the message and
-compares its keys. Files are searched newest first, only those whose [begin, end] time range
-overlaps the window.
+A message is indexed under ``topic#UNIQ_KEY`` and ``topic#<each KEYS token>``. A batch of
+messages (``put_many``) writes exactly the bytes its messages put one by one would: its keys
+are hashed together, its entries (consecutive) packed at once and its slots read and written
+in one pass each, unless two of its keys share a slot, which then go one by one.
+
+A query hashes ``topic#key``, reads the slot and walks the chain backwards (entries only ever
+point to older entries), keeping offsets whose keyHash matches and whose time
+``beginTimestamp + timeDiff * 1000`` lies in the window; hash collisions are left for the
+caller, who reads the message and compares its keys. Files are searched newest first, only
+those whose [begin, end] time range overlaps the window.
 
 After a crash: the store's checkpoint records ``last_flushed_timestamp_ms``, the end time of
 the index as of its last flush. An unclean ``load`` deletes every file whose endTimestamp is
@@ -43,10 +47,11 @@ point, and ``put`` skips messages at or below ``last_update_physical_offset``, s
 never indexes a message twice. Entries of a deleted file that precede the recovery point are
 not rebuilt (RocketMQ behaves the same): queries by key for those messages find nothing.
 
-Threads: ``put`` runs on the dispatching thread, ``query`` on request threads, ``flush`` on
-the flush thread and ``delete_files_below`` on retention. All take the service's lock; a query
-walks at most ``max_index_num`` entries per file, so it holds the lock for a bounded time, and
-``flush`` waits for the disk outside it (a second lock keeps files from closing meanwhile).
+Threads: ``put`` and ``put_many`` run on the dispatching thread, ``query`` on request
+threads, ``flush`` on the flush thread and ``delete_files_below`` on retention. All take the
+service's lock; a query walks at most ``max_index_num`` entries per file, so it holds the lock
+for a bounded time, and ``flush`` waits for the disk outside it (a second lock keeps files
+from closing meanwhile).
 
 Disk full: the files are sparse, so blocks are allocated when a page is first written through
 the mapping; on a full disk that write faults (SIGBUS), as with any mmap'd sparse file. The
@@ -67,7 +72,7 @@ from array import array
 from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import chain, repeat
-from operator import and_
+from operator import and_, mod
 from pathlib import Path
 
 from tidemq.errors import StoreError
@@ -296,8 +301,7 @@ class IndexFile:
             if start or fit < len(key_hashes):
                 key_hashes = key_hashes[start:fit]
                 physical_offsets = physical_offsets[start:fit]
-            slot_num = self.max_hash_slot_num
-            slot_numbers = [key_hash % slot_num for key_hash in key_hashes]
+            slot_numbers = list(map(mod, key_hashes, repeat(self.max_hash_slot_num)))
             if len(set(slot_numbers)) == len(slot_numbers):
                 self._put_distinct_slots(key_hashes, physical_offsets, slot_numbers, time_diff_s)
             else:
@@ -693,20 +697,33 @@ class IndexService:
                 if not batch:
                     return
             physical_offsets, key_lists = zip(*batch, strict=True)
+            counts = list(map(len, key_lists))
             keys = list(chain.from_iterable(key_lists))
             # Each key carries its message's offset: repeat each offset once per key.
-            key_offsets = list(
-                chain.from_iterable(map(repeat, physical_offsets, map(len, key_lists)))
-            )
+            key_offsets = list(chain.from_iterable(map(repeat, physical_offsets, counts)))
+            if counts.count(counts[0]) == len(counts):
+                # As many keys per message (a UNIQ_KEY and a KEYS token, say): hash them key
+                # position by key position, since unique keys, all of one length and
+                # alphabet, hash faster together (java_string_hashes).
+                key_hashes = list(chain.from_iterable(zip(
+                    *[index_key_hashes(topic, column)
+                      for column in zip(*key_lists, strict=True)],
+                    strict=True,
+                )))
+            else:
+                key_hashes = index_key_hashes(topic, keys)
             if "" in keys:
-                pairs = [(key, offset) for key, offset in zip(keys, key_offsets, strict=True)
-                         if key]
-                keys = [key for key, _ in pairs]
-                key_offsets = [offset for _, offset in pairs]
-            if not keys:
+                kept = [
+                    (key_hash, offset)
+                    for key, key_hash, offset in zip(keys, key_hashes, key_offsets, strict=True)
+                    if key
+                ]
+                key_hashes = [key_hash for key_hash, _ in kept]
+                key_offsets = [offset for _, offset in kept]
+            if not key_hashes:
                 return
             self._check_open()
-            self._put_hashes(index_key_hashes(topic, keys), key_offsets, store_timestamp_ms)
+            self._put_hashes(key_hashes, key_offsets, store_timestamp_ms)
 
     def _put_hashes(
         self, key_hashes: list[int], key_offsets: list[int], store_timestamp_ms: int
