@@ -32,6 +32,9 @@ _CLIENT_EXPORTS = (
     "PushStats",
     "SendResult",
     "SendStatus",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "TransactionState",
 )
 
 __all__ = ["__version__", *_CLIENT_EXPORTS]

@@ -69,7 +69,18 @@ __all__ = [
     "PushStats",
     "SendResult",
     "SendStatus",
+    "TransactionProducer",  # noqa: F822 (provided by __getattr__ below)
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # tidemq.client.transaction_sync subclasses this module's Producer, so it is imported on
+    # first use rather than at the top (a top or bottom import would be circular).
+    if name == "TransactionProducer":
+        from tidemq.client.transaction_sync import TransactionProducer
+
+        return TransactionProducer
+    raise AttributeError(f"module 'tidemq.sync' has no attribute {name!r}")
 
 
 class _LoopThread:

@@ -136,6 +136,16 @@ class BrokerConfig:
     enable_property_filter: bool = field(default=False, metadata=_key("enablePropertyFilter"))
     # maxNum of a unique-key QUERY_MESSAGE.
     default_query_max_num: int = field(default=32, metadata=_key("defaultQueryMaxNum", min=1))
+    # Transactions (protocol-notes §11.1, RocketMQ's defaults): a half message is first checked
+    # when older than transactionTimeOut, then every transactionCheckInterval, and discarded to
+    # TRANS_CHECK_MAX_TIME_TOPIC after transactionCheckMax checks.
+    transaction_timeout_ms: int = field(
+        default=6_000, metadata=_key("transactionTimeOut", min=1)
+    )
+    transaction_check_interval_ms: int = field(
+        default=60_000, metadata=_key("transactionCheckInterval", min=1)
+    )
+    transaction_check_max: int = field(default=15, metadata=_key("transactionCheckMax", min=0))
 
     def __post_init__(self) -> None:
         try:

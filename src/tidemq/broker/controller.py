@@ -7,6 +7,8 @@ Parts, in the order they are made:
 - ``topic_config_manager``: topics.json plus the built-in topics;
 - ``server``: the remoting server on brokerIP1 at listenPort and listenPort - 2;
 - ``schedule_service``: the delay levels' timers and delayOffset.json;
+- ``transaction_service``: half messages, END_TRANSACTION and the transaction check task
+  (broker/transaction/);
 - the processors: sends (``send_processor``), send-backs of failed messages
   (``send_back_processor``), admin requests (``admin_processor``, the
   default for every code nobody else serves) and the consumption side
@@ -49,6 +51,7 @@ from tidemq.broker.schedule_service import ScheduleMessageService
 from tidemq.broker.send_back_processor import SendBackProcessor
 from tidemq.broker.send_processor import SendMessageProcessor
 from tidemq.broker.topic_config_manager import TopicConfigManager
+from tidemq.broker.transaction import TransactionService
 from tidemq.protocol.message import POSITION_SYSFLAG, store_timestamp_position
 from tidemq.remoting.client import RemotingClient
 from tidemq.remoting.server import RemotingServer
@@ -116,6 +119,7 @@ class BrokerController:
             # Sets consumer_offset_manager, subscription_group_manager, consumer_manager,
             # producer_manager, pull_hold_service and lock_manager on self.
             self.consumption = ConsumptionServices(self)
+            self.transaction_service = TransactionService(self)
             self.register_processors(self.server)
         except BaseException:
             self.store.close()
@@ -143,6 +147,7 @@ class BrokerController:
                 self.broker_address = f"{self.config.broker_ip1}:{self.server.bound_ports[0]}"
             await self.consumption.start()
             await self.schedule_service.start()
+            await self.transaction_service.start()
             self._tasks.append(self.loop.create_task(self._retention_loop(), name="retention"))
             self._tasks.append(self.loop.create_task(self._stats_loop(), name="broker-stats"))
             await self.registration.start()
@@ -179,6 +184,7 @@ class BrokerController:
         if self._started:
             await self.consumption.shutdown()
             await self.schedule_service.shutdown()
+            await self.transaction_service.shutdown()
         if self._retention_run is not None:
             # The worker thread cannot be cancelled; the store must not close under it.
             with contextlib.suppress(Exception):
@@ -202,6 +208,7 @@ class BrokerController:
         """
         self.send_processor.register(server)
         self.send_back_processor.register(server)
+        self.transaction_service.register(server)
         self.consumption.register(server)
         self.admin_processor.register(server)  # the default: every code nobody else serves
 

@@ -22,8 +22,9 @@ address. A send to ``%RETRY%<group>`` past the group's max reconsume times goes 
 ``%DLQ%<group>``, undelayed, by the same rule as CONSUMER_SEND_MSG_BACK
 (send_back_processor.py). Every single message passes through ``redirect_special_delivery``:
 a delayed one (DELAY > 0) is stored in SCHEDULE_TOPIC_XXXX until due (schedule_service.py);
-transactional (TRAN_MSG) messages are left for a later issue. The response names the queue
-the producer chose, not the schedule queue, as RocketMQ's does.
+a transactional one (TRAN_MSG) is stored as a half until its producer ends it
+(broker/transaction/). The response names the queue the producer chose, not the schedule or
+half queue, as RocketMQ's does.
 
 A batch body (§6.5) becomes one ``put_messages`` call: each entry gets the batch-level
 properties (header ``i``) and CLUSTER appended; batches cannot be delayed, transactional or
@@ -123,12 +124,17 @@ def redirect_special_delivery(message: StoreMessage, broker: BrokerController) -
       stored in SCHEDULE_TOPIC_XXXX queue level - 1, the level capped at the configured
       level count (``schedule_service.redirect_delayed``); a DELAY_QUEUE_OFFSET property,
       which only the delay scheduler may write, is dropped from every message;
-    - TRAN_MSG=true: not rerouted yet (a later issue: save REAL_TOPIC / REAL_QID, clear the
-      transaction bits of the sysflag, store in RMQ_SYS_TRANS_HALF_TOPIC queue 0).
+    - TRAN_MSG=true: stored as a transaction half in RMQ_SYS_TRANS_HALF_TOPIC queue 0, with
+      REAL_TOPIC / REAL_QID saved and the transaction bits of the sysflag cleared
+      (``broker.transaction_service.prepare``); a half is never delayed (a DELAY applies to
+      the message its commit stores).
 
     Raises:
         SendRefused: DELAY is not an integer (MESSAGE_ILLEGAL).
     """
+    half = broker.transaction_service.prepare(message)
+    if half is not message:
+        return half
     try:
         return redirect_delayed(message, broker.schedule_service.level_count)
     except ValueError as exc:

@@ -37,6 +37,11 @@ from tidemq.client.producer import Producer
 from tidemq.client.pull_consumer import ConsumeFrom, PullConsumer
 from tidemq.client.push_consumer import PushConsumer
 from tidemq.client.route import BrokerData, ClusterInfo, QueueData, TopicRouteData
+from tidemq.client.transaction_producer import (
+    TransactionProducer,
+    TransactionSendResult,
+    TransactionState,
+)
 from tidemq.protocol.message import MessageExt
 
 __all__ = [
@@ -69,4 +74,7 @@ __all__ = [
     "SendStatus",
     "TopicOffset",
     "TopicRouteData",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "TransactionState",
 ]

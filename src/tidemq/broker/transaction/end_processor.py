@@ -62,7 +62,7 @@ class EndTransactionProcessor:
         except HeaderFieldError as exc:
             return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, str(exc))
         await service.ready()
-        answer = service.end_transaction(header)
+        answer = await service.end_transaction(header, answer_wanted=not request.is_oneway)
         _log_end(header, request.remark, connection, answer)
         if answer is None:
             return None

@@ -19,14 +19,14 @@ Committed message (END_TRANSACTION commit, or a check answered with commit)::
                                 whose op record a crash lost; see service.py)
     body, flag, born time and host, reconsume times: the half's
 
-Op record (one per ended half; RMQ_SYS_TRANS_OP_HALF_TOPIC, the half's queue id)::
+Op record (RMQ_SYS_TRANS_OP_HALF_TOPIC, the half queue's id, 0)::
 
-    TAGS  "d" (RocketMQ's REMOVETAG: "this half is done")
-    body  the half's queue offset in decimal ASCII, e.g. b"1742"; RocketMQ 5.x also writes
-          several offsets joined by "," in one record, which ``op_half_offsets`` reads too
-    TRAN_OUTCOME  COMMIT | ROLLBACK | DISCARD (tidemq's; RocketMQ's reader ignores it)
-    PGROUP, __transactionId__  of the half, when it had them (so an outcome can be found by
-                               producer group and transaction id without the half)
+    TAGS  "d" (RocketMQ's REMOVETAG: "these halves are done")
+    body  half queue offsets in decimal ASCII joined by ",", e.g. b"1742" or b"1742,1745"
+          (one offset is RocketMQ 4.x's form, several in one record 5.x's)
+    TRAN_OUTCOME  COMMIT | ROLLBACK | DISCARD, for every half named (tidemq's; RocketMQ's
+                  reader ignores it)
+    PGROUP, __transactionId__  of the half, when the record names one half that had them
 
 Discarded half (checked transactionCheckMax times without an answer): a copy of the half in
 TRANS_CHECK_MAX_TIME_TOPIC queue 0, properties kept (REAL_TOPIC names where it was headed).
@@ -39,6 +39,7 @@ half's stored record re-encoded with topic REAL_TOPIC and queue REAL_QID, every 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 from tidemq.broker.topic_config_manager import (
     RMQ_SYS_TRANS_HALF_TOPIC,
@@ -198,12 +199,13 @@ def transaction_id_of(properties: dict[str, str]) -> str:
 
 
 def op_message(
-    half_queue_offset: int,
+    half_queue_offsets: Sequence[int],
     outcome: Outcome,
     producer_group: str | None = None,
     transaction_id: str | None = None,
 ) -> StoreMessage:
-    """The op record that marks half ``half_queue_offset`` as ended with ``outcome``."""
+    """The op record that marks the halves at ``half_queue_offsets`` as ended with
+    ``outcome``; ``producer_group`` and ``transaction_id`` name a lone half's."""
     properties = {PROPERTY_TAGS: OP_REMOVE_TAG, PROPERTY_TRANSACTION_OUTCOME: outcome.value}
     if producer_group:
         properties[PROPERTY_PRODUCER_GROUP] = producer_group
@@ -212,7 +214,7 @@ def op_message(
     return StoreMessage(
         topic=OP_TOPIC,
         queue_id=HALF_QUEUE_ID,
-        body=str(half_queue_offset).encode("ascii"),
+        body=",".join(map(str, half_queue_offsets)).encode("ascii"),
         properties=properties,
     )
 

@@ -1,0 +1,274 @@
+"""Writing the end of transactions: committed messages and op records, op records batched.
+
+END_TRANSACTION arrives one transaction per request, thousands a second, and each end needs
+two records: the committed message and an op record. ``EndWriter`` gathers the ends decided
+within one turn of the event loop and writes them in a callback scheduled at once
+(``loop.call_soon``):
+
+1. the committed messages, one ``put_messages`` per queue in arrival order, bounded in count
+   and bytes. A store that refuses the batch (the store refuses records of transaction type
+   COMMIT in a batch today, or one message is bad) gets them one by one, each answered
+   on its own;
+2. then the op records: one per outcome for all those ends, its body the half offsets joined
+   by ``,`` (the form RocketMQ 5.x writes; records.py). One put instead of one per end.
+
+A half is marked ended in ``progress`` the moment its end is queued, so a check or a
+discard in the same turn sees it ended and writes nothing, and a second END_TRANSACTION for
+it waits for the first one's answer (``queued_answer``) before it is answered.
+A commit the store refuses (not writable, disk error) reopens its half (pending again,
+checked after transactionCheckInterval) and answers the END_TRANSACTION with the store's
+failure. An op record the store refuses is logged; the end holds in memory, and after a
+restart the half is checked again, where the index guard (service.py) finds a commit.
+
+The caller awaits the returned future for the answer (a oneway END_TRANSACTION's is
+dropped). ``flush`` writes what is queued at once. The service calls it before taking a
+checkpoint and at shutdown, so a checkpoint never counts an end whose records are not in the
+commit log yet.
+
+Ownership: the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from tidemq.broker.transaction.records import (
+    HALF_QUEUE_ID,
+    OP_TOPIC,
+    Outcome,
+    op_message,
+    transaction_id_of,
+)
+from tidemq.protocol.codes import ResponseCode
+from tidemq.protocol.message import PROPERTY_PRODUCER_GROUP, MessageExt
+from tidemq.store.interface import PutStatus, StoreMessage
+
+if TYPE_CHECKING:
+    from tidemq.broker.transaction.service import TransactionService
+
+log = logging.getLogger("tidemq.broker")
+
+# Ends gathered before they are written without waiting for the loop's turn to end.
+QUEUED_ENDS_MAX = 1024
+# One put_messages of committed messages holds at most this many, and this many body bytes
+# (a batch must fit one commit-log segment: 1 GiB by default, a few MiB in tests; one
+# message may still be up to maxMessageSize on its own).
+BATCH_MESSAGES_MAX = 256
+BATCH_BYTES_MAX = 1024 * 1024
+
+STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT})
+# Statuses after which the messages of a batch are put again one by one, each getting its own.
+_REFUSED_AS_BATCH = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED})
+_FAILED_PUT_CODES = {
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+}
+
+
+class EndAnswer(NamedTuple):
+    """END_TRANSACTION's response: a ResponseCode and a remark (None when all went well)."""
+
+    code: int
+    remark: str | None = None
+
+
+SUCCESS = EndAnswer(ResponseCode.SUCCESS)
+
+
+@dataclass(slots=True)
+class _QueuedEnd:
+    half: MessageExt
+    outcome: Outcome
+    committed: StoreMessage | None  # what a commit stores; None for a rollback
+    answer: asyncio.Future[EndAnswer]
+
+
+class EndWriter:
+    """Queues ends of halves and writes them in batches (module docstring).
+
+    Args:
+        service: the TransactionService (store, progress, topics, stats, reopen).
+    """
+
+    def __init__(self, service: TransactionService) -> None:
+        self._service = service
+        self._queued: list[_QueuedEnd] = []
+        self._answers: dict[int, asyncio.Future[EndAnswer]] = {}  # by half offset, queued ones
+        self._flush_scheduled = False
+
+    def queued_answer(self, half_offset: int) -> asyncio.Future[EndAnswer] | None:
+        """The answer future of the half's end when it is queued and not written yet."""
+        return self._answers.get(half_offset)
+
+    def end(self, half: MessageExt, outcome: Outcome,
+            committed: StoreMessage | None = None) -> asyncio.Future[EndAnswer]:
+        """Queue the end of ``half``; ``committed``: the message a commit stores.
+
+        Returns:
+            A future of the END_TRANSACTION answer, set once the records are written.
+        """
+        loop = asyncio.get_running_loop()
+        service = self._service
+        service.progress.end(half.queue_offset, outcome, service.op_queue_end())
+        answer: asyncio.Future[EndAnswer] = loop.create_future()
+        self._queued.append(_QueuedEnd(half, outcome, committed, answer))
+        self._answers[half.queue_offset] = answer
+        if len(self._queued) >= QUEUED_ENDS_MAX:
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self.flush)
+        return answer
+
+    def end_now(self, half: MessageExt, outcome: Outcome) -> None:
+        """Write the op record ending ``half`` at once (checks and discards, which are rare)."""
+        self.end_offset_now(half.queue_offset, outcome,
+                            half.properties.get(PROPERTY_PRODUCER_GROUP),
+                            transaction_id_of(half.properties))
+
+    def end_offset_now(self, half_offset: int, outcome: Outcome, producer_group: str | None,
+                       transaction_id: str | None) -> None:
+        """Write the op record ending the half at ``half_offset`` at once (its record may be
+        gone)."""
+        op_offset = self._write_ops(outcome, [half_offset], producer_group, transaction_id)
+        self._service.progress.end(half_offset, outcome, op_offset)
+
+    def flush(self) -> None:
+        """Write every queued end now and answer their futures."""
+        self._flush_scheduled = False
+        queued, self._queued = self._queued, []
+        if not queued:
+            return
+        self._answers.clear()
+        try:
+            self._write(queued)
+        finally:
+            for end in queued:  # only if writing failed unexpectedly: nobody may wait forever
+                if not end.answer.done():
+                    end.answer.set_result(EndAnswer(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"ending half offset {end.half.queue_offset} failed unexpectedly; see "
+                        "the broker log",
+                    ))
+
+    def _write(self, queued: list[_QueuedEnd]) -> None:
+        stored = self._store_committed(queued)
+        for outcome in (Outcome.COMMIT, Outcome.ROLLBACK):
+            halves = [end.half for end in stored if end.outcome is outcome]
+            if len(halves) == 1:  # a lone end also names its producer group and transaction
+                properties = halves[0].properties
+                self._write_ops(outcome, [halves[0].queue_offset],
+                                properties.get(PROPERTY_PRODUCER_GROUP),
+                                transaction_id_of(properties))
+            elif halves:
+                self._write_ops(outcome, [half.queue_offset for half in halves])
+        for end in stored:
+            if not end.answer.done():
+                end.answer.set_result(SUCCESS)
+
+    def _store_committed(self, queued: list[_QueuedEnd]) -> list[_QueuedEnd]:
+        """Put the committed messages; returns the ends that hold (rollbacks and commits
+        stored). A refused commit reopens its half and gets the failure answer."""
+        by_queue: dict[tuple[str, int], list[_QueuedEnd]] = {}
+        for end in queued:
+            if end.committed is not None:
+                key = (end.committed.topic, end.committed.queue_id)
+                by_queue.setdefault(key, []).append(end)
+        refused: set[int] = set()
+        for group in by_queue.values():
+            for batch in _bounded_batches(group):
+                refused.update(self._put_batch(batch))
+        return [end for end in queued if id(end) not in refused]
+
+    def _put_batch(self, batch: list[_QueuedEnd]) -> list[int]:
+        """Store the committed messages of one queue: as one batch, or one by one when the
+        store will not take them together; returns the ids of the refused ends."""
+        service = self._service
+        store = service.store
+        messages: list[StoreMessage] = [end.committed for end in batch]  # type: ignore[misc]
+        started = time.monotonic()
+        result = store.put_messages(messages) if len(messages) > 1 else None
+        if result is not None and result.status in _REFUSED_AS_BATCH:
+            result = None  # a store refusing COMMIT records in a batch, or one bad message
+        if result is not None:
+            self._count(result.status, messages, started)
+            if result.status in STORED:
+                return []
+            return [self._refuse(end, result.status, result.remark) for end in batch]
+        refused = []
+        for end, message in zip(batch, messages, strict=True):
+            started = time.monotonic()
+            single = store.put_message(message)
+            self._count(single.status, [message], started)
+            if single.status not in STORED:
+                refused.append(self._refuse(end, single.status, single.remark))
+        return refused
+
+    def _count(self, status: PutStatus, messages: list[StoreMessage], started: float) -> None:
+        stats = self._service.broker_stats
+        if status in STORED:
+            elapsed_ms = int((time.monotonic() - started) * 1000)
+            stats.record_put(len(messages), sum(len(m.body) for m in messages), elapsed_ms)
+        else:
+            stats.record_put_failure()
+
+    def _refuse(self, end: _QueuedEnd, status: PutStatus, remark: str) -> int:
+        message = end.committed
+        assert message is not None
+        log.warning("the committed message of half offset %d for %s queue %d could not be "
+                    "stored: %s %s; the half stays pending", end.half.queue_offset,
+                    message.topic, message.queue_id, status.value, remark)
+        self._service.reopen(end.half)
+        end.answer.set_result(_refusal(message.topic, status, remark))
+        return id(end)
+
+    def _write_ops(self, outcome: Outcome, offsets: list[int], group: str | None = None,
+                   transaction_id: str | None = None) -> int:
+        """One op record ending the halves at ``offsets`` with ``outcome``; returns its op
+        queue offset (the op queue's end when the store refused it)."""
+        service = self._service
+        service.ensure_topic(OP_TOPIC)
+        result = service.store.put_message(op_message(offsets, outcome, group, transaction_id))
+        if result.status in STORED:
+            return result.queue_offset
+        log.error(
+            "op record ending half offsets %s (%s) could not be stored: %s %s; the ends hold "
+            "until the broker restarts, then those halves are checked again",
+            _shown(offsets), outcome.value, result.status.value, result.remark,
+        )
+        return service.store.max_offset(OP_TOPIC, HALF_QUEUE_ID)
+
+
+def _bounded_batches(group: list[_QueuedEnd]) -> Iterator[list[_QueuedEnd]]:
+    """``group`` cut into batches of at most BATCH_MESSAGES_MAX / BATCH_BYTES_MAX."""
+    batch: list[_QueuedEnd] = []
+    size = 0
+    for end in group:
+        length = len(end.committed.body)  # type: ignore[union-attr]
+        if batch and (len(batch) >= BATCH_MESSAGES_MAX or size + length > BATCH_BYTES_MAX):
+            yield batch
+            batch, size = [], 0
+        batch.append(end)
+        size += length
+    if batch:
+        yield batch
+
+
+def _refusal(topic: str, status: PutStatus, remark: str) -> EndAnswer:
+    return EndAnswer(
+        _FAILED_PUT_CODES.get(status, ResponseCode.SYSTEM_ERROR),
+        f"the committed message for topic {topic} could not be stored ({status.value}: "
+        f"{remark}); the half stays pending and is checked again",
+    )
+
+
+def _shown(offsets: list[int], limit: int = 10) -> str:
+    text = ",".join(map(str, offsets[:limit]))
+    return text + (f",... ({len(offsets)} in all)" if len(offsets) > limit else "")
+
