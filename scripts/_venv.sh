@@ -8,8 +8,8 @@ python="${PYTHON:-python3}"
 if [ ! -x "$venv/bin/python" ]; then
     "$python" -m venv "$venv"
 fi
-stamp="$venv/.tidemq-installed"
-want="$(sha256sum "$root/pyproject.toml" | cut -d' ' -f1) [$extras]"
+stamp="$venv/.tidemq-installed-${extras:-base}"
+want="$(sha256sum "$root/pyproject.toml" | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "installing tidemq${extras:+[$extras]} into $venv (first run or pyproject.toml changed)..." >&2
     log="$venv/pip-install.log"

@@ -325,6 +325,7 @@ def _encode_one_by_one(
 ) -> EncodedBatch:
     first = messages[0]
     batched = len(messages) > 1
+    batch_type = _batch_transaction_type(messages)
     topic_bytes = topic.encode("utf-8")
     topic_field = bytes((len(topic_bytes),)) + topic_bytes
     store_address, store_port, store_v6 = _packed_host_or_reject(store_host, "store host")
@@ -346,7 +347,7 @@ def _encode_one_by_one(
             if batched and (
                 message.topic != topic
                 or message.queue_id != queue_id
-                or message.sysflag & SYSFLAG_TRANSACTION_MASK
+                or message.sysflag & SYSFLAG_TRANSACTION_MASK != batch_type
             ):
                 _check_batch(messages, topic, queue_id)
             properties_map = message.properties
@@ -504,6 +505,9 @@ def _check_destination(topic: str, queue_id: int) -> None:
 
 def _check_batch(messages: Sequence[StoreMessage], topic: str, queue_id: int) -> None:
     # Raises for the first message that does not belong in a batch to topic/queue_id.
+    # Committed transactional messages may share a batch (they are dispatched like plain ones,
+    # with consecutive queue offsets); half and rollback records may not.
+    batch_type = _batch_transaction_type(messages)
     for message in messages:
         if message.topic != topic or message.queue_id != queue_id:
             raise EncodeRejected(
@@ -511,11 +515,18 @@ def _check_batch(messages: Sequence[StoreMessage], topic: str, queue_id: int) ->
                 f"a batch goes to one queue: {topic}/{queue_id} and "
                 f"{message.topic}/{message.queue_id} are mixed; send them separately",
             )
-        if message.sysflag & SYSFLAG_TRANSACTION_MASK:
+        if message.sysflag & SYSFLAG_TRANSACTION_MASK != batch_type:
             raise EncodeRejected(
                 PutStatus.MESSAGE_ILLEGAL,
-                "a batch cannot hold transactional messages; send them one by one",
+                "a batch holds plain messages or committed transactional ones, not a mix "
+                "and no half or rollback records; send the others one by one",
             )
+
+
+def _batch_transaction_type(messages: Sequence[StoreMessage]) -> int:
+    """The transaction type a batch may hold: its first message's, when that is NOT or COMMIT."""
+    first_type = messages[0].sysflag & SYSFLAG_TRANSACTION_MASK if messages else 0
+    return first_type if first_type == TRANSACTION_COMMIT_TYPE else TRANSACTION_NOT_TYPE
 
 
 def _packed_host_or_reject(address: str, what: str) -> tuple[bytes, int, bool]:

@@ -238,3 +238,22 @@ def test_file_store_batches_read_back_after_reopen(tmp_path):
         found = store.query_messages(TOPIC, "k299", 5, 0, 2**62)
         assert [decode_record(r).body for r in found.records] == [bytes([299 % 256]) * 500]
 
+
+
+def test_a_batch_of_committed_transactional_messages_is_stored_and_queued(store):
+    # The transaction service commits many halves at once: all-COMMIT batches share one put.
+    committed = [message(body=b"c%d" % i, keys=f"k{i}", sysflag=0x8) for i in range(20)]
+    result = store.put_messages(committed)
+    assert result.ok and result.message_count == 20
+    assert store.max_offset(TOPIC, 0) == 20
+    got = store.get_messages(TOPIC, 0, 0, 32, 1 << 20)
+    assert got.message_count == 20
+
+
+def test_a_committed_message_in_a_plain_batch_refuses_the_batch(store):
+    batch = [message(body=b"p%d" % i) for i in range(19)]
+    batch.insert(7, message(body=b"c", sysflag=0x8))
+    result = store.put_messages(batch)
+    assert result.status is PutStatus.MESSAGE_ILLEGAL
+    assert "transactional" in result.remark
+    assert store.max_offset(TOPIC, 0) == 0
