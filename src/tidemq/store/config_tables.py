@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from tidemq.protocol import jsonx
 from tidemq.protocol.jsonx import JsonShapeError
@@ -275,135 +275,119 @@ def _as_config_file(target: ConfigFile | str | os.PathLike[str]) -> ConfigFile:
     return target if isinstance(target, ConfigFile) else ConfigFile(target)
 
 
-class TopicConfigTable(ConfigTable):
+C = TypeVar("C", TopicConfig, SubscriptionGroupConfig)
+
+
+class _NamedConfigTable(ConfigTable, Generic[C]):
+    """A versioned table of configs keyed by their own names (topics, subscription groups).
+
+    Subclasses name the JSON fields and the config type; every change that alters the table
+    bumps ``data_version``, which the broker sends with its name-server registration.
+    """
+
+    table_field: ClassVar[str]  # the JSON object holding the entries, e.g. "topicConfigTable"
+    name_field: ClassVar[str]  # each entry's own name field, e.g. "topicName"
+    what: ClassVar[str]  # how error messages call the table
+    config_type: ClassVar[Any]
+
+    def __init__(self, configs: Iterable[C] = (), data_version: DataVersion | None = None):
+        self._configs: dict[str, C] = {self._name_of(config): config for config in configs}
+        self.data_version = data_version or DataVersion()
+
+    @staticmethod
+    def _name_of(config: C) -> str:
+        raise NotImplementedError
+
+    def get(self, name: str) -> C | None:
+        return self._configs.get(name)
+
+    def put(self, config: C) -> None:
+        """Add or replace a config; bumps the version when anything changed."""
+        name = self._name_of(config)
+        if self._configs.get(name) != config:
+            self._configs[name] = config
+            self.data_version.bump()
+
+    def remove(self, name: str) -> C | None:
+        """Drop an entry; returns its config, or None (and no version bump) when absent."""
+        config = self._configs.pop(name, None)
+        if config is not None:
+            self.data_version.bump()
+        return config
+
+    def names(self) -> list[str]:
+        return list(self._configs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._configs
+
+    def __iter__(self) -> Iterator[C]:
+        return iter(list(self._configs.values()))
+
+    def __len__(self) -> int:
+        return len(self._configs)
+
+    def to_json_object(self) -> dict[str, Any]:
+        return {
+            "dataVersion": self.data_version.to_json_object(),
+            self.table_field: {
+                name: config.to_json_object() for name, config in self._configs.items()
+            },
+        }
+
+    @classmethod
+    def from_json_object(cls, obj: Any) -> Self:
+        obj = _object(obj, cls.what)
+        table = _object(obj.get(cls.table_field, {}), cls.table_field)
+        configs = []
+        for name, value in table.items():
+            where = f"{cls.table_field}[{name!r}]"
+            config = cls.config_type.from_json_object(
+                _with_name(value, cls.name_field, name), where
+            )
+            if cls._name_of(config) != name:
+                raise JsonShapeError(
+                    f"{where}.{cls.name_field} is {cls._name_of(config)!r}, "
+                    f"but the entry's key is {name!r}"
+                )
+            configs.append(config)
+        return cls(configs, _data_version_of(obj))
+
+
+class TopicConfigTable(_NamedConfigTable[TopicConfig]):
     """Every topic of a broker: ``topics.json`` and GET_ALL_TOPIC_CONFIG
     (TopicConfigSerializeWrapper)."""
 
     file_name = "topics.json"
+    table_field = "topicConfigTable"
+    name_field = "topicName"
+    what = "topic config table"
+    config_type = TopicConfig
 
-    def __init__(
-        self, configs: Iterable[TopicConfig] = (), data_version: DataVersion | None = None
-    ):
-        self._configs = {config.topic_name: config for config in configs}
-        self.data_version = data_version or DataVersion()
-
-    def get(self, topic: str) -> TopicConfig | None:
-        return self._configs.get(topic)
-
-    def put(self, config: TopicConfig) -> None:
-        """Add or replace a topic's config; bumps the version when anything changed."""
-        if self._configs.get(config.topic_name) != config:
-            self._configs[config.topic_name] = config
-            self.data_version.bump()
-
-    def remove(self, topic: str) -> TopicConfig | None:
-        """Drop a topic; returns its config, or None (and no version bump) when absent."""
-        config = self._configs.pop(topic, None)
-        if config is not None:
-            self.data_version.bump()
-        return config
+    @staticmethod
+    def _name_of(config: TopicConfig) -> str:
+        return config.topic_name
 
     def topic_names(self) -> list[str]:
-        return list(self._configs)
-
-    def __contains__(self, topic: object) -> bool:
-        return topic in self._configs
-
-    def __iter__(self) -> Iterator[TopicConfig]:
-        return iter(list(self._configs.values()))
-
-    def __len__(self) -> int:
-        return len(self._configs)
-
-    def to_json_object(self) -> dict[str, Any]:
-        return {
-            "dataVersion": self.data_version.to_json_object(),
-            "topicConfigTable": {
-                name: config.to_json_object() for name, config in self._configs.items()
-            },
-        }
-
-    @classmethod
-    def from_json_object(cls, obj: Any) -> TopicConfigTable:
-        obj = _object(obj, "topic config table")
-        configs = []
-        for name, value in _object(obj.get("topicConfigTable", {}), "topicConfigTable").items():
-            where = f"topicConfigTable[{name!r}]"
-            config = TopicConfig.from_json_object(_with_name(value, "topicName", name), where)
-            if config.topic_name != name:
-                raise JsonShapeError(
-                    f"{where}.topicName is {config.topic_name!r}, but the entry's key is {name!r}"
-                )
-            configs.append(config)
-        return cls(configs, _data_version_of(obj))
+        return self.names()
 
 
-class SubscriptionGroupTable(ConfigTable):
+class SubscriptionGroupTable(_NamedConfigTable[SubscriptionGroupConfig]):
     """Every consumer group's settings: ``subscriptionGroup.json`` and
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG (SubscriptionGroupWrapper)."""
 
     file_name = "subscriptionGroup.json"
+    table_field = "subscriptionGroupTable"
+    name_field = "groupName"
+    what = "subscription group table"
+    config_type = SubscriptionGroupConfig
 
-    def __init__(
-        self,
-        configs: Iterable[SubscriptionGroupConfig] = (),
-        data_version: DataVersion | None = None,
-    ):
-        self._configs = {config.group_name: config for config in configs}
-        self.data_version = data_version or DataVersion()
-
-    def get(self, group: str) -> SubscriptionGroupConfig | None:
-        return self._configs.get(group)
-
-    def put(self, config: SubscriptionGroupConfig) -> None:
-        """Add or replace a group's config; bumps the version when anything changed."""
-        if self._configs.get(config.group_name) != config:
-            self._configs[config.group_name] = config
-            self.data_version.bump()
-
-    def remove(self, group: str) -> SubscriptionGroupConfig | None:
-        """Drop a group; returns its config, or None (and no version bump) when absent."""
-        config = self._configs.pop(group, None)
-        if config is not None:
-            self.data_version.bump()
-        return config
+    @staticmethod
+    def _name_of(config: SubscriptionGroupConfig) -> str:
+        return config.group_name
 
     def group_names(self) -> list[str]:
-        return list(self._configs)
-
-    def __contains__(self, group: object) -> bool:
-        return group in self._configs
-
-    def __iter__(self) -> Iterator[SubscriptionGroupConfig]:
-        return iter(list(self._configs.values()))
-
-    def __len__(self) -> int:
-        return len(self._configs)
-
-    def to_json_object(self) -> dict[str, Any]:
-        return {
-            "dataVersion": self.data_version.to_json_object(),
-            "subscriptionGroupTable": {
-                name: config.to_json_object() for name, config in self._configs.items()
-            },
-        }
-
-    @classmethod
-    def from_json_object(cls, obj: Any) -> SubscriptionGroupTable:
-        obj = _object(obj, "subscription group table")
-        table = _object(obj.get("subscriptionGroupTable", {}), "subscriptionGroupTable")
-        configs = []
-        for name, value in table.items():
-            where = f"subscriptionGroupTable[{name!r}]"
-            config = SubscriptionGroupConfig.from_json_object(
-                _with_name(value, "groupName", name), where
-            )
-            if config.group_name != name:
-                raise JsonShapeError(
-                    f"{where}.groupName is {config.group_name!r}, but the entry's key is {name!r}"
-                )
-            configs.append(config)
-        return cls(configs, _data_version_of(obj))
+        return self.names()
 
 
 class ConsumerOffsetTable(ConfigTable):
