@@ -85,6 +85,23 @@ PULL_DELAY_AFTER_BROKER_ERROR_S = 3.0
 PULL_DELAY_AFTER_TRANSPORT_ERROR_S = 1.0
 
 
+async def back_off_after_pull_error(
+    logger: logging.Logger, group: str, queue: object, error: Exception
+) -> None:
+    """Log a failed pull and wait before the queue's next one (shorter after a network error).
+
+    Expected failures (a TidemqError) are logged in one line; anything else with its traceback.
+    """
+    if isinstance(error, TidemqError):
+        logger.warning("consumer %s: pull of %s failed: %s", group, queue, error)
+    else:
+        logger.exception("consumer %s: pull of %s failed", group, queue)
+    transport = isinstance(error, RemotingError)
+    await asyncio.sleep(
+        PULL_DELAY_AFTER_TRANSPORT_ERROR_S if transport else PULL_DELAY_AFTER_BROKER_ERROR_S
+    )
+
+
 class ConsumeFrom(enum.Enum):
     """Where a queue without a committed offset starts (RocketMQ ConsumeFromWhere)."""
 
@@ -478,13 +495,7 @@ class PullConsumer:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # the queue keeps being fetched whatever went wrong
-                transport = isinstance(e, RemotingError)
-                if isinstance(e, TidemqError):
-                    log.warning("consumer %s: pull of %s failed: %s", self.group, queue, e)
-                else:
-                    log.exception("consumer %s: pull of %s failed", self.group, queue)
-                await asyncio.sleep(PULL_DELAY_AFTER_TRANSPORT_ERROR_S if transport
-                                    else PULL_DELAY_AFTER_BROKER_ERROR_S)
+                await back_off_after_pull_error(log, self.group, queue, e)
                 continue
             if state.epoch != epoch:
                 return

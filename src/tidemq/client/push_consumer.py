@@ -89,9 +89,8 @@ from tidemq.client.process_queue import ProcessQueue
 from tidemq.client.producer import Producer, default_namesrv
 from tidemq.client.pull_consumer import (
     CONSUME_TIMESTAMP_AGO_MS,
-    PULL_DELAY_AFTER_BROKER_ERROR_S,
-    PULL_DELAY_AFTER_TRANSPORT_ERROR_S,
     ConsumeFrom,
+    back_off_after_pull_error,
 )
 from tidemq.client.push_rebalance import PushRebalance
 from tidemq.client.rebalance import AllocationStrategy, allocation_strategy
@@ -677,13 +676,7 @@ class PushConsumer:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # the queue keeps being pulled whatever went wrong
-                transport = isinstance(e, RemotingError)
-                if isinstance(e, TidemqError):
-                    log.warning("consumer %s: pull of %s failed: %s", self.group, queue, e)
-                else:
-                    log.exception("consumer %s: pull of %s failed", self.group, queue)
-                await asyncio.sleep(PULL_DELAY_AFTER_TRANSPORT_ERROR_S if transport
-                                    else PULL_DELAY_AFTER_BROKER_ERROR_S)
+                await back_off_after_pull_error(log, self.group, queue, e)
                 continue
             if process_queue.dropped:
                 return
