@@ -1,0 +1,204 @@
+"""Two more third-party RocketMQ clients against real tidemq processes: ali-ons 3.12.0 (npm,
+a pure JavaScript implementation of the 4.x protocol) and rocketmq-nodejs 1.1.2 (npm, a
+native addon around the Apache C++ client 2.x core).
+
+``scripts/test`` installs them into tests/interop/node/node_modules from the committed
+package-lock.json. Each client runs one scenario of tests/interop/node/scenarios.js in its
+own process; tidemq's Python client creates topics, produces, and reads back what the
+Node.js producers stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from client_process import ClientProcess
+
+from tidemq.client import Admin, Message, Producer, PullConsumer, PullStatus
+from tidemq.client.errors import NoRouteError
+
+pytestmark = pytest.mark.interop
+
+NODE_DIR = Path(__file__).resolve().parent / "node"
+CLIENTS = ["ons", "cpp2"]
+SEND_OK = {"ons": "SEND_OK", "cpp2": 0}
+PULL_ROUNDS_MAX = 200
+ROUTE_POLLS_MAX = 200  # x 0.1 s
+UNIQUE_KEY_PATTERN = re.compile(r"[0-9A-F]{32}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def node_clients_installed() -> None:
+    assert shutil.which("node"), "node is not on PATH: these tests drive Node.js clients"
+    for package in ("ali-ons", "rocketmq-nodejs"):
+        assert (NODE_DIR / "node_modules" / package / "package.json").exists(), (
+            f"{package} is not installed in {NODE_DIR}/node_modules; scripts/test installs it "
+            f"(npm ci --prefix {NODE_DIR})")
+
+
+@pytest.fixture
+def node_client(tmp_path: Path, request: pytest.FixtureRequest
+                ) -> Iterator[Callable[..., ClientProcess]]:
+    """Factory: ``node_client(client, name, role, *args, timeout_s=60)`` -> a started process
+    running ``node scenarios.js <client> <role> <args>``; killed by PID at teardown."""
+    started: list[ClientProcess] = []
+
+    def factory(client: str, name: str, role: str, *args: str, timeout_s: float = 60.0
+                ) -> ClientProcess:
+        process = ClientProcess(f"{client} {name}", tmp_path / f"node-{client}-{name}",
+                                ["node", str(NODE_DIR / "scenarios.js"), client, role, *args],
+                                timeout_s, exit_hang_tolerated=True)
+        started.append(process)
+        return process.start()
+
+    request.node.client_processes = started
+    yield factory
+    for process in started:
+        process.kill()
+
+
+def create_topic(namesrv: str, topic: str, queue_nums: int = 4) -> None:
+    """Create ``topic`` on the broker and wait (bounded) until the name server routes it."""
+
+    async def create() -> None:
+        async with Admin(namesrv=namesrv) as admin:
+            await admin.create_topic(topic, queue_nums)
+            for _ in range(ROUTE_POLLS_MAX):
+                try:
+                    await admin.topic_route(topic)
+                    return
+                except NoRouteError:
+                    await asyncio.sleep(0.1)
+            raise AssertionError(f"the name server never routed {topic}")
+
+    asyncio.run(create())
+
+
+def produce(namesrv: str, topic: str, count: int) -> None:
+    async def send_all() -> None:
+        async with Producer("py_node_interop", namesrv=namesrv) as producer:
+            for i in range(count):
+                await producer.send(Message(topic, f"msg-{i}",
+                                            tags="TagA" if i % 2 == 0 else "TagB",
+                                            keys=[f"key-{i}"]))
+
+    asyncio.run(send_all())
+
+
+def read_back(namesrv: str, topic: str) -> list:
+    async def pull_all() -> list:
+        stored = []
+        async with PullConsumer("py_node_reader", namesrv=namesrv) as consumer:
+            for queue in await consumer.queues(topic):
+                offset = 0
+                for _ in range(PULL_ROUNDS_MAX):
+                    result = await consumer.pull(queue, offset, 32)
+                    stored.extend(result.messages)
+                    if result.status is PullStatus.NO_NEW_MSG:
+                        break
+                    offset = result.next_begin_offset
+                else:
+                    raise AssertionError(f"{queue} still had messages after {PULL_ROUNDS_MAX}"
+                                         " pulls")
+        return stored
+
+    return asyncio.run(pull_all())
+
+
+def bodies_once(received: list[dict]) -> list[str]:
+    counts = collections.Counter(record["body"] for record in received)
+    doubled = sorted(body for body, count in counts.items() if count > 1)
+    assert not doubled, f"delivered more than once: {doubled[:10]}"
+    return sorted(counts)
+
+
+def expected_bodies(indexes) -> list[str]:
+    return sorted(f"msg-{i}" for i in indexes)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_node_producer_sends_are_stored_with_tags_keys_and_send_results(
+        client, tidemq_cluster, node_client):
+    cluster = tidemq_cluster()
+    topic, count = f"NodeProduced_{client}", 30
+    create_topic(cluster.namesrv_addr, topic)
+
+    result = node_client(client, "producer", "produce", "--namesrv", cluster.namesrv_addr,
+                         "--topic", topic, "--count", str(count)).result()
+
+    sends = result["sends"]
+    assert [send["status"] for send in sends] == [SEND_OK[client]] * count
+    stored = read_back(cluster.namesrv_addr, topic)
+    assert sorted(m.body.decode() for m in stored) == expected_bodies(range(count))
+    by_body = {m.body.decode(): m for m in stored}
+    for send in sends:
+        i = send["index"]
+        message = by_body[f"msg-{i}"]
+        assert (message.tags, message.keys) == ("TagA" if i % 2 == 0 else "TagB", [f"key-{i}"])
+        assert message.queue_offset == send["offset"]
+        # ali-ons reports the broker's offset msg id; the C++ 2.x core its own UNIQ_KEY.
+        wanted_id = message.offset_msg_id if client == "ons" else message.unique_key
+        assert send["msg_id"] == wanted_id
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_node_push_consumer_gets_every_message_once_and_tag_filters_apply(
+        client, tidemq_cluster, node_client):
+    cluster = tidemq_cluster()
+    topic, count = f"NodePush_{client}", 100
+    create_topic(cluster.namesrv_addr, topic)
+    everything = node_client(client, "all", "consume", "--namesrv", cluster.namesrv_addr,
+                             "--topic", topic, "--group", f"node_all_{client}",
+                             "--expect", str(count))
+    tag_a = node_client(client, "tag-a", "consume", "--namesrv", cluster.namesrv_addr,
+                        "--topic", topic, "--group", f"node_tag_a_{client}",
+                        "--expression", "TagA", "--expect", str(count // 2))
+    for consumer in (everything, tag_a):
+        consumer.wait_for_output("CONSUMER STARTED")
+
+    produce(cluster.namesrv_addr, topic, count)
+
+    received = everything.result()["received"]
+    assert bodies_once(received) == expected_bodies(range(count))
+    for record in received:
+        i = int(record["body"].removeprefix("msg-"))
+        assert (record["topic"], record["tags"], record["keys"]) == (
+            topic, "TagA" if i % 2 == 0 else "TagB", f"key-{i}")
+    assert bodies_once(tag_a.result()["received"]) == expected_bodies(range(0, count, 2))
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_node_consumer_gets_a_failed_message_again_from_the_retry_topic(
+        client, tidemq_cluster, node_client):
+    # Every delay level 1 s, so a handed-back message comes again in a second, not in 10 s.
+    cluster = tidemq_cluster(broker_overrides={"messageDelayLevel": " ".join(["1s"] * 18)})
+    topic, group, count = f"NodeRetry_{client}", f"node_retry_{client}", 10
+    create_topic(cluster.namesrv_addr, topic)
+    # Created up front: these clients look the retry topic's route up before their first
+    # heartbeat creates it, and only every 30 s after that.
+    create_topic(cluster.namesrv_addr, f"%RETRY%{group}", queue_nums=1)
+    consumer = node_client(client, "retrying", "consume", "--namesrv", cluster.namesrv_addr,
+                           "--topic", topic, "--group", group, "--fail-first",
+                           "--expect", str(2 * count))
+    consumer.wait_for_output("CONSUMER STARTED")
+
+    produce(cluster.namesrv_addr, topic, count)
+
+    received = consumer.result()["received"]
+    by_attempt = collections.defaultdict(list)
+    for record in received:
+        by_attempt[record["attempt"]].append(record)
+    assert bodies_once(by_attempt[1]) == expected_bodies(range(count))
+    assert bodies_once(by_attempt[2]) == expected_bodies(range(count))
+    assert set(by_attempt) == {1, 2}, "each message failed once, then succeeded once"
+    for record in by_attempt[2]:
+        i = int(record["body"].removeprefix("msg-"))
+        # Back from %RETRY%<group> with the original topic, tags and keys restored.
+        assert (record["topic"], record["tags"], record["keys"]) == (
+            topic, "TagA" if i % 2 == 0 else "TagB", f"key-{i}")
