@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from server_processes import option_args
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
@@ -25,10 +26,6 @@ def cluster_info(remoting_call, namesrv_addr: str) -> dict:
         RequestCode.GET_BROKER_CLUSTER_INFO))
     assert response.code == ResponseCode.SUCCESS
     return jsonx.loads(response.body)
-
-
-def option_args(settings: dict[str, str]) -> list[str]:
-    return [word for key, value in settings.items() for word in (f"--{key}", value)]
 
 
 def test_dev_runs_a_name_server_and_a_broker(tidemq_server, free_port, test_broker_settings,

@@ -14,11 +14,9 @@ import asyncio
 import collections
 import re
 import shutil
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from client_process import ClientProcess
 
 from tidemq.client import Admin, Message, Producer, PullConsumer, PullStatus
 from tidemq.client.errors import NoRouteError
@@ -40,27 +38,6 @@ def node_clients_installed() -> None:
         assert (NODE_DIR / "node_modules" / package / "package.json").exists(), (
             f"{package} is not installed in {NODE_DIR}/node_modules; scripts/test installs it "
             f"(npm ci --prefix {NODE_DIR})")
-
-
-@pytest.fixture
-def node_client(tmp_path: Path, request: pytest.FixtureRequest
-                ) -> Iterator[Callable[..., ClientProcess]]:
-    """Factory: ``node_client(client, name, role, *args, timeout_s=60)`` -> a started process
-    running ``node scenarios.js <client> <role> <args>``; killed by PID at teardown."""
-    started: list[ClientProcess] = []
-
-    def factory(client: str, name: str, role: str, *args: str, timeout_s: float = 60.0
-                ) -> ClientProcess:
-        process = ClientProcess(f"{client} {name}", tmp_path / f"node-{client}-{name}",
-                                ["node", str(NODE_DIR / "scenarios.js"), client, role, *args],
-                                timeout_s, exit_hang_tolerated=True)
-        started.append(process)
-        return process.start()
-
-    request.node.client_processes = started
-    yield factory
-    for process in started:
-        process.kill()
 
 
 def create_topic(namesrv: str, topic: str, queue_nums: int = 4) -> None:

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import importlib.util
 import json
 import os
 import random
 import socket
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from server_processes import remoting_call
 from tidemq.client import Admin, Message, MessageQueue, Producer, PullConsumer
 from tidemq.protocol.codes import (
     FLAG_ONEWAY,
@@ -40,23 +38,6 @@ from tidemq.protocol.message import BatchEntry, encode_batch_body, encode_proper
 
 pytestmark = pytest.mark.reliability
 
-
-def _load_server_fixtures() -> Any:
-    name = "tidemq_server_fixtures_for_reliability"
-    if name in sys.modules:
-        return sys.modules[name]
-    path = Path(__file__).resolve().parent.parent / "integration" / "conftest.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
-
-
-servers = _load_server_fixtures()
-tidemq_processes = servers.tidemq_processes  # the real-process fixtures of tests/integration
-tidemq_cluster = servers.tidemq_cluster
 
 CASES = 300
 KEPT_TOPIC = "FuzzKept"  # written before the fuzz, read back after; no fuzz input names it
@@ -324,16 +305,7 @@ def run_case(address: tuple[str, int], case: Case) -> tuple[str, str | None]:
 def health_check(address: tuple[str, int]) -> RemotingCommand:
     request = RemotingCommand.request(RequestCode.GET_MAX_OFFSET,
                                       {"topic": KEPT_TOPIC, "queueId": "0"})
-    decoder = FrameDecoder()
-    with socket.create_connection(address, timeout=HEALTH_WAIT_S) as connection:
-        connection.sendall(request.encode())
-        while True:  # ends: recv is bounded by the socket timeout
-            chunk = connection.recv(65536)
-            if not chunk:
-                raise AssertionError("the broker closed a well-formed GET_MAX_OFFSET")
-            commands = decoder.feed(chunk)
-            if commands:
-                return commands[0]
+    return remoting_call(f"{address[0]}:{address[1]}", request, HEALTH_WAIT_S)
 
 
 def test_broker_survives_random_and_mutated_frames_and_keeps_answering(tidemq_cluster):

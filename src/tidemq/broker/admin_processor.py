@@ -16,7 +16,10 @@ Served (protocol-notes §4.16, §5.5, §10.6):
 - GET_BROKER_CONFIG (26): the broker's settings as properties text;
 - GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_ALL_DELAY_OFFSET
   (45): the config files' content (what a slave copies);
-- UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), DELETE_SUBSCRIPTIONGROUP (207).
+- UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), DELETE_SUBSCRIPTIONGROUP (207);
+- GET_CONSUMER_RUNNING_INFO (307), INVOKE_BROKER_TO_RESET_OFFSET (222) and
+  INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223): answered by asking the group's consumers
+  (``client_admin``).
 
 Maps keyed by MessageQueue are written the fastjson way, with a JSON object as the key
 (protocol-notes §5): a Java admin tool cannot read them otherwise.
@@ -29,6 +32,7 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from tidemq.broker.client_admin import ClientAdmin
 from tidemq.broker.config import (
     TOPIC_QUEUE_NUMS_MAX,
     BrokerRole,
@@ -75,6 +79,7 @@ class AdminProcessor:
 
     def __init__(self, broker: BrokerController) -> None:
         self._broker = broker
+        clients = ClientAdmin(broker)
         self._handlers: dict[int, AdminHandler] = {
             RequestCode.UPDATE_AND_CREATE_TOPIC: self._update_and_create_topic,
             RequestCode.DELETE_TOPIC_IN_BROKER: self._delete_topic,
@@ -88,6 +93,9 @@ class AdminProcessor:
             RequestCode.GET_ALL_DELAY_OFFSET: self._get_all_delay_offset,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self._update_subscription_group,
             RequestCode.DELETE_SUBSCRIPTIONGROUP: self._delete_subscription_group,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: clients.get_consumer_running_info,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: clients.reset_offset,
+            RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: clients.get_consumer_status,
         }
 
     @property

@@ -9,6 +9,11 @@ after the holder's last LOCK_BATCH_MQ, which renews it; clients relock every 20 
 their own lock gone after 30 s, so a live holder never loses it. Once a lease has run out any
 member may take the queue.
 
+A lease also ends when the connection its holder last locked it on closes: a consumer whose
+process died (or whose connection broke) gives its queues to the rest of the group at once
+instead of after the 60 s lease. A holder that reconnects and relocks on a new connection owns
+the lease there, so the close of its old connection releases nothing.
+
 Bodies (protocol-notes §4.14, §5.5), JSON, no extFields:
     request   {"clientId": "...", "consumerGroup": "g", "mqSet": [MessageQueue, ...]}
     response  {"lockOKMQSet": [MessageQueue, ...]}      (LOCK only: the queues now held)
@@ -19,15 +24,21 @@ Everything runs on the broker's event loop thread; nothing here is locked.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidemq.errors import RemoteProtocolError
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import ResponseCode
 from tidemq.protocol.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from tidemq.remoting.connection import Connection
+
+log = logging.getLogger("tidemq.broker")
 
 # RocketMQ's rocketmq.broker.rebalance.lockMaxLiveTime: three client relock periods (20 s),
 # so a holder that misses two relocks in a row still keeps its queues.
@@ -36,6 +47,8 @@ REBALANCE_LOCK_LEASE_MS = 60_000
 # One request locks the queues of one consumer; a topic has at most a few thousand queues.
 # The bound keeps a bogus body from making us build an unbounded set.
 LOCK_BATCH_QUEUES_MAX = 65_536
+
+_WATCHED_ATTRIBUTE = "tidemq.broker.lock_watch"
 
 
 def monotonic_ms() -> int:
@@ -59,6 +72,7 @@ class MessageQueue(NamedTuple):
 class _Lease:
     client_id: str
     last_lock_ms: int
+    owner: object = None  # what the lease was last locked through (a connection), or None
 
 
 class RebalanceLockManager:
@@ -80,12 +94,17 @@ class RebalanceLockManager:
         self._leases: dict[str, dict[MessageQueue, _Lease]] = {}
 
     def try_lock_batch(
-        self, group: str, queues: Iterable[MessageQueue], client_id: str
+        self, group: str, queues: Iterable[MessageQueue], client_id: str, *,
+        owner: object = None,
     ) -> list[MessageQueue]:
         """Lock or renew each queue for ``client_id``; returns the queues it now holds.
 
         A queue is granted when it is free, its lease has run out, or ``client_id`` already
         holds it (then the lease is renewed). Queues held by a live other client are left out.
+
+        Args:
+            owner: what the request came through (the connection); ``release_owner(owner)``
+                ends the granted leases unless a later lock moved them to another owner.
         """
         now = self._clock_ms()
         leases = self._leases.setdefault(group, {})
@@ -93,8 +112,10 @@ class RebalanceLockManager:
         for queue in queues:
             lease = leases.get(queue)
             if lease is None or lease.client_id == client_id or self._expired(lease, now):
-                leases[queue] = _Lease(client_id, now)
+                leases[queue] = _Lease(client_id, now, owner)
                 granted.append(queue)
+        if not leases:
+            del self._leases[group]
         return granted
 
     def unlock_batch(self, group: str, queues: Iterable[MessageQueue], client_id: str) -> None:
@@ -108,6 +129,22 @@ class RebalanceLockManager:
                 del leases[queue]
         if not leases:
             del self._leases[group]
+
+    def release_owner(self, owner: object) -> list[tuple[str, MessageQueue, str]]:
+        """End every lease last locked through ``owner`` (its connection closed).
+
+        Returns:
+            (group, queue, client id) of each lease ended, so callers can log them.
+        """
+        released: list[tuple[str, MessageQueue, str]] = []
+        for group, leases in list(self._leases.items()):
+            for queue, lease in list(leases.items()):
+                if lease.owner is owner:
+                    del leases[queue]
+                    released.append((group, queue, lease.client_id))
+            if not leases:
+                del self._leases[group]
+        return released
 
     def purge_expired(self) -> int:
         """Forget leases that have run out (they grant nothing); returns how many went.
@@ -202,12 +239,16 @@ def encode_lock_batch_response(queues: Iterable[MessageQueue]) -> bytes:
 
 
 class LockBatchProcessor:
-    """Serves LOCK_BATCH_MQ and UNLOCK_BATCH_MQ against a ``RebalanceLockManager``."""
+    """Serves LOCK_BATCH_MQ and UNLOCK_BATCH_MQ against a ``RebalanceLockManager``.
+
+    The leases a connection takes end when that connection closes.
+    """
 
     def __init__(self, lock_manager: RebalanceLockManager) -> None:
         self._locks = lock_manager
 
-    async def lock_batch(self, request: RemotingCommand, connection: object) -> RemotingCommand:
+    async def lock_batch(self, request: RemotingCommand, connection: Connection
+                         ) -> RemotingCommand:
         """LOCK_BATCH_MQ: lock or renew the queues; the body lists the queues now held."""
         try:
             decoded = decode_lock_batch_body(request.body)
@@ -215,7 +256,10 @@ class LockBatchProcessor:
             return RemotingCommand.response_to(
                 request, ResponseCode.SYSTEM_ERROR, remark=f"LOCK_BATCH_MQ: {e}"
             )
-        granted = self._locks.try_lock_batch(decoded.group, decoded.queues, decoded.client_id)
+        granted = self._locks.try_lock_batch(decoded.group, decoded.queues, decoded.client_id,
+                                             owner=connection)
+        if granted:
+            self._watch(connection)
         return RemotingCommand.response_to(
             request, ResponseCode.SUCCESS, body=encode_lock_batch_response(granted)
         )
@@ -230,3 +274,16 @@ class LockBatchProcessor:
             )
         self._locks.unlock_batch(decoded.group, decoded.queues, decoded.client_id)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    def _watch(self, connection: Connection) -> None:
+        if connection.attributes.get(_WATCHED_ATTRIBUTE):
+            return
+        connection.attributes[_WATCHED_ATTRIBUTE] = True
+        connection.on_close.append(self._connection_closed)
+
+    def _connection_closed(self, connection: Connection) -> None:
+        released = self._locks.release_owner(connection)
+        if released:
+            log.info("released %d queue locks of %s (%s) when its connection closed",
+                     len(released), ", ".join(sorted({client for _, _, client in released})),
+                     connection.remote_address)

@@ -6,11 +6,17 @@ answers SUCCESS with offset 0 when the queue's first message is still there and 
 so a new group on a young queue reads it from the start; otherwise QUERY_NOT_FOUND (22) and
 the client applies its consumeFromWhere (§15.5). tidemq's test for "in memory" is that the
 queue's min offset is still 0 (retention has not trimmed it).
+
+Every handler has one shape: ``_handler(RequestHeader)`` parses the request header (a missing
+or unparsable field -> SYSTEM_ERROR naming it) and the method body turns the parsed header into
+the response.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from tidemq.errors import HeaderFieldError
 from tidemq.protocol.codes import ResponseCode
@@ -33,6 +39,37 @@ if TYPE_CHECKING:
     from tidemq.broker.consumption import ConsumptionServices
     from tidemq.remoting.connection import Connection
 
+# answer(processor, request, parsed header) -> response
+Answer = Callable[["ConsumerOffsetProcessor", RemotingCommand, Any], RemotingCommand]
+Handler = Callable[["ConsumerOffsetProcessor", RemotingCommand, "Connection"],
+                   Awaitable[RemotingCommand]]
+
+
+def _handler(header_class: Any) -> Callable[[Answer], Handler]:
+    """Make ``answer(self, request, header)`` a request handler that parses ``header_class``
+    (a typed request header of tidemq.protocol.headers) first and answers SYSTEM_ERROR naming
+    the field when the header is bad."""
+
+    def decorate(answer: Answer) -> Handler:
+        @functools.wraps(answer)
+        async def handle(self: ConsumerOffsetProcessor, request: RemotingCommand,
+                         connection: Connection) -> RemotingCommand:
+            try:
+                header = header_class.from_ext_fields(request.ext_fields)
+            except HeaderFieldError as e:
+                return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR,
+                                                   remark=str(e))
+            return answer(self, request, header)
+
+        return handle
+
+    return decorate
+
+
+def _success(request: RemotingCommand, response_header: Any = None) -> RemotingCommand:
+    ext_fields = None if response_header is None else response_header.to_ext_fields()
+    return RemotingCommand.response_to(request, ResponseCode.SUCCESS, ext_fields=ext_fields)
+
 
 class ConsumerOffsetProcessor:
     """Serves the consumer-offset and queue-offset requests."""
@@ -41,14 +78,10 @@ class ConsumerOffsetProcessor:
         self._services = services
         self._broker = services.broker
 
-    async def query_consumer_offset(
-        self, request: RemotingCommand, connection: Connection
-    ) -> RemotingCommand:
+    @_handler(QueryConsumerOffsetRequestHeader)
+    def query_consumer_offset(self, request: RemotingCommand,
+                              header: QueryConsumerOffsetRequestHeader) -> RemotingCommand:
         """QUERY_CONSUMER_OFFSET: the group's committed offset of a queue."""
-        try:
-            header = QueryConsumerOffsetRequestHeader.from_ext_fields(request.ext_fields)
-        except HeaderFieldError as e:
-            return _error(request, str(e))
         offset = self._services.consumer_offset_manager.query_offset(
             header.consumer_group, header.topic, header.queue_id
         )
@@ -65,80 +98,42 @@ class ConsumerOffsetProcessor:
                     ),
                 )
             offset = 0
-        return RemotingCommand.response_to(
-            request, ResponseCode.SUCCESS,
-            ext_fields=QueryConsumerOffsetResponseHeader(offset=offset).to_ext_fields(),
-        )
+        return _success(request, QueryConsumerOffsetResponseHeader(offset=offset))
 
-    async def update_consumer_offset(
-        self, request: RemotingCommand, connection: Connection
-    ) -> RemotingCommand:
+    @_handler(UpdateConsumerOffsetRequestHeader)
+    def update_consumer_offset(self, request: RemotingCommand,
+                               header: UpdateConsumerOffsetRequestHeader) -> RemotingCommand:
         """UPDATE_CONSUMER_OFFSET: store the group's offset of a queue (often oneway)."""
-        try:
-            header = UpdateConsumerOffsetRequestHeader.from_ext_fields(request.ext_fields)
-        except HeaderFieldError as e:
-            return _error(request, str(e))
         self._services.consumer_offset_manager.commit_offset(
             header.consumer_group, header.topic, header.queue_id, header.commit_offset
         )
-        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+        return _success(request)
 
-    async def get_max_offset(
-        self, request: RemotingCommand, connection: Connection
-    ) -> RemotingCommand:
+    @_handler(GetMaxOffsetRequestHeader)
+    def get_max_offset(self, request: RemotingCommand,
+                       header: GetMaxOffsetRequestHeader) -> RemotingCommand:
         """GET_MAX_OFFSET: the next queue offset to be written."""
-        try:
-            header = GetMaxOffsetRequestHeader.from_ext_fields(request.ext_fields)
-        except HeaderFieldError as e:
-            return _error(request, str(e))
         offset = self._broker.store.max_offset(header.topic, header.queue_id)
-        return RemotingCommand.response_to(
-            request, ResponseCode.SUCCESS,
-            ext_fields=GetMaxOffsetResponseHeader(offset=offset).to_ext_fields(),
-        )
+        return _success(request, GetMaxOffsetResponseHeader(offset=offset))
 
-    async def get_min_offset(
-        self, request: RemotingCommand, connection: Connection
-    ) -> RemotingCommand:
+    @_handler(GetMinOffsetRequestHeader)
+    def get_min_offset(self, request: RemotingCommand,
+                       header: GetMinOffsetRequestHeader) -> RemotingCommand:
         """GET_MIN_OFFSET: the first queue offset still readable."""
-        try:
-            header = GetMinOffsetRequestHeader.from_ext_fields(request.ext_fields)
-        except HeaderFieldError as e:
-            return _error(request, str(e))
         offset = self._broker.store.min_offset(header.topic, header.queue_id)
-        return RemotingCommand.response_to(
-            request, ResponseCode.SUCCESS,
-            ext_fields=GetMinOffsetResponseHeader(offset=offset).to_ext_fields(),
-        )
+        return _success(request, GetMinOffsetResponseHeader(offset=offset))
 
-    async def search_offset_by_timestamp(
-        self, request: RemotingCommand, connection: Connection
-    ) -> RemotingCommand:
+    @_handler(SearchOffsetRequestHeader)
+    def search_offset_by_timestamp(self, request: RemotingCommand,
+                                   header: SearchOffsetRequestHeader) -> RemotingCommand:
         """SEARCH_OFFSET_BY_TIMESTAMP: the queue offset stored closest to a time (§4.12)."""
-        try:
-            header = SearchOffsetRequestHeader.from_ext_fields(request.ext_fields)
-        except HeaderFieldError as e:
-            return _error(request, str(e))
         offset = self._broker.store.offset_by_time(header.topic, header.queue_id, header.timestamp)
-        return RemotingCommand.response_to(
-            request, ResponseCode.SUCCESS,
-            ext_fields=SearchOffsetResponseHeader(offset=offset).to_ext_fields(),
-        )
+        return _success(request, SearchOffsetResponseHeader(offset=offset))
 
-    async def get_earliest_msg_storetime(
-        self, request: RemotingCommand, connection: Connection
-    ) -> RemotingCommand:
+    @_handler(GetEarliestMsgStoretimeRequestHeader)
+    def get_earliest_msg_storetime(self, request: RemotingCommand,
+                                   header: GetEarliestMsgStoretimeRequestHeader
+                                   ) -> RemotingCommand:
         """GET_EARLIEST_MSG_STORETIME: store time of the queue's first readable message."""
-        try:
-            header = GetEarliestMsgStoretimeRequestHeader.from_ext_fields(request.ext_fields)
-        except HeaderFieldError as e:
-            return _error(request, str(e))
         timestamp = self._broker.store.earliest_message_time(header.topic, header.queue_id)
-        return RemotingCommand.response_to(
-            request, ResponseCode.SUCCESS,
-            ext_fields=GetEarliestMsgStoretimeResponseHeader(timestamp=timestamp).to_ext_fields(),
-        )
-
-
-def _error(request: RemotingCommand, remark: str) -> RemotingCommand:
-    return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=remark)
+        return _success(request, GetEarliestMsgStoretimeResponseHeader(timestamp=timestamp))

@@ -336,16 +336,79 @@ async def consumer_progress(client: Admin, group: str, topic: str | None,
 @click.option("-g", "--group", required=True)
 @click.option("-t", "--topic", required=True)
 @click.option("-s", "--timestamp", required=True,
-              help="'now', ms since the epoch, or yyyy-MM-dd#HH:mm:ss:SSS.")
+              help="'now', ms since the epoch, -1 (the end), or yyyy-MM-dd#HH:mm:ss:SSS.")
+@click.option("-f", "--force", type=bool, default=True, show_default=True,
+              help="false: only move queues backwards.")
 @_with_admin
-async def reset_offset_by_time(client: Admin, group: str, topic: str, timestamp: str) -> None:
-    """Move a group's offsets in a topic to a point in time (stop its consumers first)."""
-    offsets = await client.reset_offset_by_time(group, topic, _parse_time(timestamp))
+async def reset_offset_by_time(client: Admin, group: str, topic: str, timestamp: str,
+                               force: bool) -> None:
+    """Move a group's offsets in a topic to a point in time; its live consumers move too."""
+    offsets = await client.reset_offset_by_time(group, topic, _parse_time(timestamp),
+                                                force=force)
     table = Table(title=f"offsets of {group} in {topic} reset")
     for column in ("Broker Name", "QID", "New Offset"):
         table.add_column(column)
     for queue, offset in offsets.items():
         table.add_row(queue.broker_name, str(queue.queue_id), str(offset))
+    _console.print(table)
+
+
+@admin.command("consumerStatus")
+@_namesrv_option
+@click.option("-g", "--consumerGroup", "group", required=True)
+@click.option("-i", "--clientId", "client_id", required=True,
+              help="The consumer's client id (ip@instance).")
+@click.option("-s", "--jstack", is_flag=True, help="Include the consumer's stacks.")
+@click.option("--json", "as_json", is_flag=True)
+@_with_admin
+async def consumer_status(client: Admin, group: str, client_id: str, jstack: bool,
+                          as_json: bool) -> None:
+    """Show what a live consumer reports: settings, subscriptions, the queues it owns."""
+    info = await client.consumer_running_info(group, client_id, jstack=jstack)
+    if as_json:
+        _print_json({"properties": info.properties, "subscriptionSet": info.subscriptions,
+                     "mqTable": [{**queue.to_json(), **state}
+                                 for queue, state in info.queues.items()],
+                     "statusTable": info.status, "jstack": info.jstack})
+        return
+    for key, value in sorted(info.properties.items()):
+        click.echo(f"{key:<40} {value}")
+    for subscription in info.subscriptions:
+        click.echo(f"subscription: {subscription.get('topic')} {subscription.get('subString')}")
+    table = Table(title=f"queues of {client_id}")
+    for column in ("Topic", "Broker Name", "QID", "Commit Offset", "Cached", "Locked"):
+        table.add_column(column)
+    for queue, state in info.queues.items():
+        table.add_row(queue.topic, queue.broker_name, str(queue.queue_id),
+                      str(state.get("commitOffset")), str(state.get("cachedMsgCount")),
+                      str(state.get("locked")))
+    _console.print(table)
+    if info.jstack:
+        click.echo(info.jstack)
+
+
+@admin.command("getConsumerStatus")
+@_namesrv_option
+@click.option("-g", "--group", required=True)
+@click.option("-t", "--topic", required=True)
+@click.option("-i", "--originClientId", "client_id", help="Only this consumer.")
+@click.option("--json", "as_json", is_flag=True)
+@_with_admin
+async def get_consumer_status(client: Admin, group: str, topic: str, client_id: str | None,
+                              as_json: bool) -> None:
+    """Show each live consumer's own offsets of a topic."""
+    status = await client.consumer_status(group, topic, client_id)
+    if as_json:
+        _print_json({member: [{**queue.to_json(), "offset": offset}
+                              for queue, offset in offsets.items()]
+                     for member, offsets in status.items()})
+        return
+    table = Table(title=f"offsets of {group}'s consumers in {topic}")
+    for column in ("Client Id", "Broker Name", "QID", "Offset"):
+        table.add_column(column)
+    for member, offsets in status.items():
+        for queue, offset in offsets.items():
+            table.add_row(member, queue.broker_name, str(queue.queue_id), str(offset))
     _console.print(table)
 
 

@@ -25,15 +25,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidemq.client import broker_api
-from tidemq.client.errors import BrokerRejected, ClientStateError, InvalidMessage, NoRouteError
+from tidemq.client import admin_consumers, broker_api
+from tidemq.client.errors import BrokerRejected, InvalidMessage, NoRouteError
 from tidemq.client.instance import REQUEST_TIMEOUT_MS, ClientInstance, check_response
+from tidemq.client.lifecycle import ClientLifecycle
 from tidemq.client.message import Message, MessageQueue, SendResult
 from tidemq.client.producer import Producer, default_namesrv
+from tidemq.client.queue_keys import message_queue_from_key
 from tidemq.client.route import ClusterInfo, TopicRouteData, parse_cluster_info
 from tidemq.client.send_back import dead_letter_topic, resend_properties, retry_topic
 from tidemq.client.subscription import parse_tag_expression
-from tidemq.errors import InvalidMessageId, InvalidTopicName, RemoteProtocolError
+from tidemq.errors import InvalidMessageId, InvalidTopicName
 from tidemq.limits import topic_name_problem
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
@@ -127,29 +129,7 @@ class DeadLetter:
         return ids
 
 
-def message_queue_from_key(key: Any) -> MessageQueue:
-    """A MessageQueue from a Map<MessageQueue, ...> key as jsonx reads it.
-
-    Java writes such keys as JSON objects (``jsonx.JsonObjectKey``); a JSON text string or
-    ``"topic@broker@queueId"`` are accepted too.
-
-    Raises:
-        RemoteProtocolError: the key names no queue.
-    """
-    try:
-        if hasattr(key, "get"):
-            return MessageQueue.from_json(key)
-        if isinstance(key, str):
-            if key.startswith("{"):
-                return MessageQueue.from_json(jsonx.loads(key))
-            topic, broker_name, queue_id = key.rsplit("@", 2)
-            return MessageQueue(topic, broker_name, int(queue_id))
-    except (TypeError, ValueError, RemoteProtocolError):
-        pass
-    raise RemoteProtocolError(f"{key!r} does not name a message queue")
-
-
-class Admin:
+class Admin(ClientLifecycle):
     """Administers topics, groups and offsets; looks messages up. Use as ``async with``.
 
     Args:
@@ -170,7 +150,7 @@ class Admin:
             instance_name=instance_name,
             request_timeout_ms=request_timeout_ms,
         )
-        self._state = "new"
+        self._client_name = "admin client"
 
     @property
     def namesrv_addresses(self) -> list[str]:
@@ -178,28 +158,26 @@ class Admin:
         return list(self._instance.namesrv_addresses)
 
     async def start(self) -> None:
-        """Make the client usable (no background work is started). Idempotent."""
-        if self._state == "closed":
-            raise ClientStateError("admin client is closed; create a new one")
-        self._state = "running"
+        """Make the client usable (no background work is started). Idempotent.
+
+        Raises:
+            ClientStateError: the client was closed.
+        """
+        if self._begin_start():
+            self._state = "running"
 
     async def close(self) -> None:
         """Close every connection. Idempotent."""
-        self._state = "closed"
-        await self._instance.close()
+        if self._begin_close() is None:
+            return
+        try:
+            await self._instance.close()
+        finally:
+            self._closed()
 
     async def __aenter__(self) -> Admin:
         await self.start()
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def _check_running(self) -> None:
-        if self._state != "running":
-            raise ClientStateError(
-                f"admin client is {self._state}; call start() or use 'async with Admin(...)'"
-            )
 
     # -- clusters and brokers -------------------------------------------------------------
 
@@ -448,25 +426,74 @@ class Admin:
         )
 
     async def reset_offset_by_time(
-        self, group: str, topic: str, timestamp_ms: int
+        self, group: str, topic: str, timestamp_ms: int, *, force: bool = True
     ) -> dict[MessageQueue, int]:
-        """Set ``group``'s offsets in every queue of ``topic`` to the message stored closest to
-        ``timestamp_ms``, by committing them directly (stop the group's consumers first:
-        a running consumer overwrites them with its own position).
+        """Move ``group``'s offsets in every queue of ``topic`` to the message stored closest
+        to ``timestamp_ms`` (-1: the end of each queue), as mqadmin's resetOffsetByTime does.
+
+        Each master of the topic is asked to do it (INVOKE_BROKER_TO_RESET_OFFSET): it
+        commits the offsets and tells the group's live consumers, which move there at once.
+        Where no consumer of the group is connected, the offsets are committed directly.
+
+        Args:
+            force: move every queue; False moves a queue only backwards (one whose committed
+                offset is already earlier keeps it). Committing directly always moves.
 
         Returns:
             The new offset of each queue.
+
+        Raises:
+            BrokerRejected: a broker refused (e.g. the group never consumed the topic there).
         """
         route = await self.topic_route(topic)
+        queues = route.subscribe_queues(topic)
         result: dict[MessageQueue, int] = {}
-        for queue in route.subscribe_queues(topic):
-            address = await self._queue_master(queue)
-            offset = await broker_api.search_offset(self._instance, address, queue,
-                                                    timestamp_ms)
-            await broker_api.update_consumer_offset(self._instance, address, group, queue,
-                                                    offset)
-            result[queue] = offset
-        return result
+        for broker_name in sorted({queue.broker_name for queue in queues}):
+            own = [queue for queue in queues if queue.broker_name == broker_name]
+            address = await self._queue_master(own[0])
+            offsets = await admin_consumers.reset_live_consumers(
+                self._instance, address, group, topic, timestamp_ms, force=force)
+            if offsets is None:  # nobody to tell there: commit directly
+                offsets = {}
+                for queue in own:
+                    offsets[queue] = await self._offset_at(address, queue, timestamp_ms)
+                    await broker_api.update_consumer_offset(self._instance, address, group,
+                                                            queue, offsets[queue])
+            result.update(offsets)
+        return dict(sorted(result.items()))
+
+    async def _offset_at(self, address: str, queue: MessageQueue, timestamp_ms: int) -> int:
+        if timestamp_ms == -1:
+            return await broker_api.max_offset(self._instance, address, queue)
+        return await broker_api.search_offset(self._instance, address, queue, timestamp_ms)
+
+    async def consumer_running_info(self, group: str, client_id: str, *, jstack: bool = False
+                                    ) -> admin_consumers.ConsumerRunningInfo:
+        """What the live consumer ``client_id`` of ``group`` reports about itself: settings,
+        subscriptions, owned queues with what it holds of each, and (``jstack``) its stacks.
+
+        Raises:
+            NoRouteError: no master has that consumer connected.
+        """
+        self._check_running()
+        masters = sorted((await self.cluster_list()).master_addresses().values())
+        return await admin_consumers.consumer_running_info(self._instance, masters, group,
+                                                           client_id, jstack=jstack)
+
+    async def consumer_status(self, group: str, topic: str, client_id: str | None = None
+                              ) -> dict[str, dict[MessageQueue, int]]:
+        """Each live consumer of ``group``'s own offsets of ``topic`` (client id -> queue ->
+        offset), as the consumers hold them now; only ``client_id`` when given.
+
+        Raises:
+            NoRouteError: no master of the topic has a consumer of the group connected.
+        """
+        route = await self.topic_route(topic)
+        masters = []
+        for broker_name in sorted({queue.broker_name for queue in route.subscribe_queues(topic)}):
+            masters.append(await self._instance.find_master(broker_name, topic))
+        return await admin_consumers.consumer_status(self._instance, masters, group, topic,
+                                                     client_id)
 
     async def update_subscription_group(
         self,

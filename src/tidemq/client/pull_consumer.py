@@ -51,13 +51,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemq.client import broker_api
-from tidemq.client.errors import ClientStateError, InvalidSubscription, NoRouteError
+from tidemq.client.errors import InvalidSubscription, NoRouteError
 from tidemq.client.instance import (
     HEARTBEAT_BROKER_INTERVAL_MS,
     POLL_NAME_SERVER_INTERVAL_MS,
     REQUEST_TIMEOUT_MS,
     ClientInstance,
 )
+from tidemq.client.lifecycle import ClientLifecycle, cancel_tasks, leave_quietly
 from tidemq.client.message import MessageQueue, PullResult, PullStatus
 from tidemq.client.producer import default_namesrv
 from tidemq.client.rebalance import allocate_averagely
@@ -154,7 +155,7 @@ class _Commits:
     sent: dict[MessageQueue, int] = field(default_factory=dict)
 
 
-class PullConsumer:
+class PullConsumer(ClientLifecycle):
     """Polls messages from subscribed or assigned queues. Use as ``async with``.
 
     Args:
@@ -242,7 +243,7 @@ class PullConsumer:
         self._commits = _Commits()
         self._tasks: list[asyncio.Task[None]] = []
         self._rebalance_requested: asyncio.Event | None = None
-        self._state = "new"
+        self._client_name = f"consumer {group!r}"
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -257,10 +258,8 @@ class PullConsumer:
         Raises:
             ClientStateError: the consumer was closed.
         """
-        if self._state == "running":
+        if not self._begin_start():
             return
-        if self._state == "closed":
-            raise ClientStateError("consumer is closed; create a new one")
         self._data_ready = asyncio.Event()
         self._space_freed = asyncio.Event()
         self._rebalance_requested = asyncio.Event()
@@ -279,45 +278,31 @@ class PullConsumer:
 
         Idempotent; commit failures at close are logged, not raised.
         """
-        if self._state == "closed":
+        was_running = self._begin_close()
+        if was_running is None:
             return
-        was_running = self._state == "running"
-        self._state = "closed"
-        pending = list(self._tasks) + [s.task for s in self._states.values() if s.task]
-        for task in self._tasks:
-            task.cancel()
-        for state in self._states.values():
-            self._stop_fetch(state)
-        for task in pending:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        if was_running:
-            if self.auto_commit:
-                self._stage_consumed()
-            try:
-                await self._send_commits()
-            except Exception as e:
-                log.warning("consumer %s: committing offsets at close failed: %s",
-                            self.group, e)
-            if self._mode == "subscribe":
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self._instance.unregister(consumer_group=self.group),
-                                           self._instance.request_timeout_ms / 1000)
-        await self._instance.close()
+        try:
+            fetches = [s.task for s in self._states.values() if s.task]
+            for state in self._states.values():
+                self._stop_fetch(state)
+            await cancel_tasks(self._tasks + fetches)
+            if was_running:
+                if self.auto_commit:
+                    self._stage_consumed()
+                try:
+                    await self._send_commits()
+                except Exception as e:
+                    log.warning("consumer %s: committing offsets at close failed: %s",
+                                self.group, e)
+                if self._mode == "subscribe":
+                    await leave_quietly(self._instance, consumer_group=self.group)
+        finally:
+            self._closed()
+            await self._instance.close()
 
     async def __aenter__(self) -> PullConsumer:
         await self.start()
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def _check_running(self) -> None:
-        if self._state != "running":
-            raise ClientStateError(
-                f"consumer {self.group!r} is {self._state}; call start() (or use "
-                "'async with PullConsumer(...)') first"
-            )
 
     # -- what to consume -------------------------------------------------------------------
 

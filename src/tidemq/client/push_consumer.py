@@ -59,7 +59,7 @@ import concurrent.futures
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -70,6 +70,7 @@ from tidemq.client.consume_service import (
     OrderlyConsumeService,
     PushStats,
 )
+from tidemq.client.consumer_admin import register_consumer_admin
 from tidemq.client.errors import ClientStateError, InvalidSubscription, NoRouteError
 from tidemq.client.instance import (
     HEARTBEAT_BROKER_INTERVAL_MS,
@@ -77,6 +78,7 @@ from tidemq.client.instance import (
     REQUEST_TIMEOUT_MS,
     ClientInstance,
 )
+from tidemq.client.lifecycle import ClientLifecycle, cancel_tasks, leave_quietly
 from tidemq.client.listener import Listener, ListenerInvoker, MessageModel
 from tidemq.client.message import MessageQueue, PullResult, PullStatus
 from tidemq.client.offset_store import (
@@ -135,7 +137,7 @@ ORDERLY_LOCK_RETRY_S = 1.0
 FLOW_CONTROL_LOG_EVERY = 1000
 
 
-class PushConsumer:
+class PushConsumer(ClientLifecycle):
     """Delivers a group's messages to a listener. Use as ``async with`` after registering
     a listener and subscribing.
 
@@ -264,6 +266,7 @@ class PushConsumer:
         self.instance.heartbeat_sources.append(self._heartbeat_data)
         self.instance.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
                                         self._on_consumer_ids_changed)
+        register_consumer_admin(self)
         self._subscriptions: dict[str, Subscription] = {}
         self._retry_subscription = parse_tag_expression(retry_topic(group), "*")
         self._listener: Listener | None = None
@@ -282,7 +285,8 @@ class PushConsumer:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._rebalance_requested: asyncio.Event | None = None
-        self._state = "new"
+        self._client_name = f"consumer {group!r}"
+        self.start_timestamp_ms = 0  # wall-clock ms of start(), for running-info reports
 
     # -- what to consume, and how ------------------------------------------------------------
 
@@ -374,10 +378,8 @@ class PushConsumer:
             InvalidSubscription: nothing subscribed.
             RemoteProtocolError: broadcasting, and the offsets file is unreadable.
         """
-        if self._state == "running":
+        if not self._begin_start():
             return
-        if self._state != "new":
-            raise ClientStateError(f"consumer {self.group!r} is {self._state}; create a new one")
         if self._listener is None:
             raise ClientStateError(
                 f"consumer {self.group!r} has no listener; register one with "
@@ -389,6 +391,7 @@ class PushConsumer:
                 "before start()"
             )
         await self.offset_store.load()
+        self.start_timestamp_ms = int(time.time() * 1000)
         self._consume_service = self._build_consume_service(self._listener)
         self._rebalance_requested = asyncio.Event()
         await self.instance.start()
@@ -435,15 +438,14 @@ class PushConsumer:
         """Stop pulling, wait (up to ``shutdown_timeout_ms``) for messages in flight, commit
         offsets, unlock orderly queues and leave the group. Idempotent; failures are logged.
         """
-        if self._state in ("closing", "closed"):
+        was_running = self._begin_close()
+        if was_running is None:
             return
-        was_running = self._state == "running"
-        self._state = "closing"
         try:
             if was_running:
                 await self._shut_down()
         finally:
-            self._state = "closed"
+            self._closed()
             await self._send_back.close()
             await self.instance.close()
             if self._executor is not None:
@@ -452,18 +454,10 @@ class PushConsumer:
     shutdown = close
 
     async def _shut_down(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks = []
+        tasks, self._tasks = self._tasks, []
+        await cancel_tasks(tasks)
         pulls = list(self._pull_tasks.values())
-        for task in pulls:
-            task.cancel()
-        for task in pulls:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_tasks(pulls)
         self._pull_tasks.clear()
         service = self._consume_service
         assert service is not None
@@ -481,9 +475,7 @@ class PushConsumer:
             await self._rebalance.unlock_all()
         for process_queue in self.process_queues.values():
             process_queue.dropped = True
-        with contextlib.suppress(TimeoutError, RemotingError, TidemqError):
-            await asyncio.wait_for(self.instance.unregister(consumer_group=self.group),
-                                   self.instance.request_timeout_ms / 1000)
+        await leave_quietly(self.instance, consumer_group=self.group)
 
     async def __aenter__(self) -> PushConsumer:
         await self.start()
@@ -554,9 +546,44 @@ class PushConsumer:
         Raises:
             ClientStateError: the consumer is not running.
         """
-        if self._state != "running":
-            raise ClientStateError(f"consumer {self.group!r} is {self._state}")
+        self._check_running()
         await self._rebalance.rebalance()
+
+    def consumer_offsets(self, topic: str) -> dict[MessageQueue, int]:
+        """This consumer's current offset of each queue of ``topic`` it owns."""
+        offsets = {}
+        for queue in self.assignment():
+            offset = self.offset_store.read(queue) if queue.topic == topic else None
+            if offset is not None:
+                offsets[queue] = offset
+        return offsets
+
+    async def reset_offsets(self, offsets: Mapping[MessageQueue, int]) -> None:
+        """Move to ``offsets``: each owned queue among them stops (messages in flight are
+        dropped, their offsets not committed), gets the new offset committed, and is taken
+        up again from there by a rebalance requested at once. Queues this consumer does not
+        own are left to their owners. A broker's RESET_CONSUMER_CLIENT_OFFSET lands here.
+
+        Raises:
+            ClientStateError: the consumer is not running.
+        """
+        self._check_running()
+        owned = [(self.process_queues[queue], offset) for queue, offset in offsets.items()
+                 if queue in self.process_queues and not self.process_queues[queue].dropped]
+        for process_queue, _ in owned:
+            self._rebalance.release(process_queue)
+        for process_queue, offset in owned:
+            queue = process_queue.queue
+            # The release commits where the queue stood; the new offset goes after it.
+            await self._rebalance.wait_released(queue)
+            self.offset_store.update(queue, offset, increase_only=False)
+            try:
+                await self.offset_store.persist(queue)
+            except (RemotingError, TidemqError) as e:
+                log.warning("consumer %s: committing the reset offset %d of %s failed: %s",
+                            self.group, offset, queue, e)
+            self.offset_store.remove(queue)
+        self._request_rebalance()
 
     def _subscriptions_changed(self) -> None:
         if self._state == "running":
@@ -615,16 +642,20 @@ class PushConsumer:
             except Exception:
                 log.exception("consumer %s: committing offsets failed", self.group)
 
-    def _heartbeat_data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def subscription_data(self) -> list[dict[str, Any]]:
+        """The SubscriptionData JSON objects of everything consumed (retry topic included)."""
         subscriptions = [s.to_json() for s in self._subscriptions.values()]
         if self.clustering:
             subscriptions.append(self._retry_subscription.to_json())
+        return subscriptions
+
+    def _heartbeat_data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         consumer = {
             "consumeFromWhere": self.consume_from.value,
             "consumeType": "CONSUME_PASSIVELY",
             "groupName": self.group,
             "messageModel": self.message_model.value,
-            "subscriptionDataSet": subscriptions,
+            "subscriptionDataSet": self.subscription_data(),
             "unitMode": False,
         }
         return [], [consumer]

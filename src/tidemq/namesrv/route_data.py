@@ -20,7 +20,9 @@ fastjson writes them: keys sorted, nulls omitted::
 ``brokerAddrs`` is a map keyed by the broker id (a Java long). fastjson writes such keys
 unquoted (``{0:"..."}``), which is not standard JSON; Java clients before 4.9.4 expect that
 form, newer ones ask for standard JSON (quoted ``"0"``) and 4.9.8 name servers give route data
-in either form (``standard_json``) but cluster info always unquoted.
+in either form (``standard_json``) but cluster info always unquoted. The standard form also
+escapes non-ASCII characters (a cluster or broker name, an address) as ``\\uXXXX``, as
+fastjson's BrowserCompatible does for 4.9.4+; the legacy form writes them as raw UTF-8.
 """
 
 from __future__ import annotations
@@ -135,10 +137,14 @@ class TopicRouteData:
         """The body of a GET_ROUTEINFO_BY_TOPIC response.
 
         Args:
-            standard_json: quote the ``brokerAddrs`` keys (what 4.9.4+ clients ask for);
-                False writes fastjson's bare integer keys, as older clients expect.
+            standard_json: what 4.9.4+ clients ask for: quoted ``brokerAddrs`` keys and
+                non-ASCII characters escaped as ``\\uXXXX`` (fastjson's BrowserCompatible);
+                False writes fastjson's bare integer keys and raw UTF-8, as older clients
+                expect.
         """
-        return jsonx.dumps(self.to_json_dict(), unquoted_int_keys=not standard_json)
+        if standard_json:
+            return jsonx.escape_non_ascii(jsonx.dumps(self.to_json_dict()))
+        return jsonx.dumps(self.to_json_dict(), unquoted_int_keys=True)
 
 
 @dataclass(slots=True)

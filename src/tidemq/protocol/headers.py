@@ -651,6 +651,26 @@ class ResetOffsetRequestHeader(Header):
     is_force: bool = ext_field("isForce")
 
 
+@header
+class GetConsumerStatusRequestHeader(Header):
+    """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223) from an admin, and the broker's
+    GET_CONSUMER_STATUS_FROM_CLIENT (221) to each consumer; ``client_addr`` (admin only)
+    picks one consumer by its client id."""
+
+    topic: str = ext_field("topic")
+    group: str = ext_field("group")
+    client_addr: str | None = ext_field("clientAddr", default=None)
+
+
+@header
+class GetConsumerRunningInfoRequestHeader(Header):
+    """GET_CONSUMER_RUNNING_INFO (307): admin -> broker, forwarded as is to the consumer."""
+
+    consumer_group: str = ext_field("consumerGroup")
+    client_id: str = ext_field("clientId")
+    jstack_enable: bool = ext_field("jstackEnable", default=False)
+
+
 # -- name server --------------------------------------------------------------------------------
 
 

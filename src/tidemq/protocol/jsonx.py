@@ -495,3 +495,27 @@ def _orjson_text(value: Any) -> str:
         raise JsonEncodeError(
             f"cannot write {type(value).__name__} value {value!r:.80} as JSON: {exc}"
         ) from None
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _unicode_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code > 0xFFFF:  # outside the BMP: a UTF-16 surrogate pair, as Java strings hold it
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def escape_non_ascii(data: bytes) -> bytes:
+    """``data`` (UTF-8 JSON text) with every non-ASCII character written as ``\\uXXXX``.
+
+    fastjson's BrowserCompatible feature does this; RocketMQ 4.9.4+ name servers use it for
+    route data in standard JSON (protocol-notes §5). Non-ASCII characters only occur inside
+    JSON strings, so escaping them everywhere keeps the document's meaning. ASCII input (the
+    usual case) is returned as it is.
+    """
+    if data.isascii():
+        return data
+    return _NON_ASCII.sub(_unicode_escape, data.decode("utf-8")).encode("ascii")

@@ -28,6 +28,19 @@ class FakeClock:
         return self.now_ms
 
 
+class Peer:
+    """The parts of a Connection the lock processor uses; ``close()`` runs its callbacks."""
+
+    def __init__(self, remote_address: str = "127.0.0.1:40001") -> None:
+        self.remote_address = remote_address
+        self.attributes: dict[str, object] = {}
+        self.on_close: list = []
+
+    def close(self) -> None:
+        for callback in self.on_close:
+            callback(self)
+
+
 def _manager() -> tuple[RebalanceLockManager, FakeClock]:
     clock = FakeClock()
     return RebalanceLockManager(clock_ms=clock), clock
@@ -102,9 +115,9 @@ CPP_UNLOCK_BODY = (
 )
 
 
-def _call(handler, body: bytes | None) -> RemotingCommand:
+def _call(handler, body: bytes | None, peer: Peer | None = None) -> RemotingCommand:
     request = RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, body=body)
-    response = asyncio.run(handler(request, None))
+    response = asyncio.run(handler(request, peer or Peer()))
     assert response.opaque == request.opaque
     return response
 
@@ -178,3 +191,40 @@ def test_broker_serves_lock_and_unlock_requests(broker, handlers):
     request = RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ, body=CPP_UNLOCK_BODY)
     assert asyncio.run(table.ask(request)).code == ResponseCode.SUCCESS
     assert broker.lock_manager.holder("cg_capture", Q0) is None
+
+
+def test_closing_the_holders_connection_frees_its_queues_at_once():
+    locks, _ = _manager()
+    processor = LockBatchProcessor(locks)
+    holder, other = Peer("127.0.0.1:40001"), Peer("127.0.0.1:40002")
+    _call(processor.lock_batch, _lock_body("holder@1", [Q0, Q1]), holder)
+    _call(processor.lock_batch, _lock_body("other@1", [Q2]), other)
+    refused = _call(processor.lock_batch, _lock_body("other@1", [Q0, Q1]), other)
+    assert orjson.loads(refused.body) == {"lockOKMQSet": []}
+    holder.close()
+    granted = _call(processor.lock_batch, _lock_body("other@1", [Q0, Q1]), other)
+    assert orjson.loads(granted.body) == {"lockOKMQSet": [Q0.to_json(), Q1.to_json()]}
+    assert locks.holder("cg_capture", Q2) == "other@1"  # the survivor's own lock is kept
+
+
+def test_a_holder_that_relocked_on_a_new_connection_keeps_its_queues_when_the_old_closes():
+    locks, _ = _manager()
+    processor = LockBatchProcessor(locks)
+    old, new = Peer("127.0.0.1:40001"), Peer("127.0.0.1:40003")
+    _call(processor.lock_batch, _lock_body("holder@1", [Q0]), old)
+    _call(processor.lock_batch, _lock_body("holder@1", [Q0]), new)
+    old.close()
+    assert locks.holder("cg_capture", Q0) == "holder@1"
+    new.close()
+    assert locks.holder("cg_capture", Q0) is None
+
+
+def test_release_owner_ends_only_that_owners_leases():
+    locks, _ = _manager()
+    locks.try_lock_batch("g", [Q0], "client-a", owner="conn-a")
+    locks.try_lock_batch("g2", [Q1], "client-a", owner="conn-a")
+    locks.try_lock_batch("g", [Q2], "client-b", owner="conn-b")
+    assert sorted(locks.release_owner("conn-a")) == [("g", Q0, "client-a"),
+                                                     ("g2", Q1, "client-a")]
+    assert locks.holder("g", Q0) is None and locks.holder("g", Q2) == "client-b"
+    assert locks.release_owner("conn-a") == []

@@ -110,6 +110,22 @@ def test_offset_requests_with_a_missing_field_name_it(setup):
     assert response.code == ResponseCode.SYSTEM_ERROR and "queueId" in response.remark
 
 
+@pytest.mark.parametrize("request_of", [
+    query_request, lambda: update_request(3),
+    lambda: queue_request(RequestCode.GET_MAX_OFFSET),
+    lambda: queue_request(RequestCode.GET_MIN_OFFSET),
+    lambda: queue_request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, timestamp="0"),
+    lambda: queue_request(RequestCode.GET_EARLIEST_MSG_STORETIME),
+], ids=["query", "update", "max", "min", "search", "earliest"])
+def test_every_offset_request_without_a_topic_is_refused_naming_it(setup, request_of):
+    _, ask = setup()
+    request = request_of()
+    del request.ext_fields["topic"]
+    response = ask(request)
+    assert response.code == ResponseCode.SYSTEM_ERROR and "topic" in response.remark
+    assert ask(queue_request(RequestCode.GET_MAX_OFFSET)).code == ResponseCode.SUCCESS
+
+
 def test_max_and_min_offsets_of_a_queue(setup):
     broker, ask = setup()
     for _ in range(3):

@@ -100,6 +100,23 @@ def test_old_clients_may_ask_for_standard_json(processor):
     assert json.loads(body)["brokerDatas"][0]["brokerAddrs"] == {"0": MASTER}
 
 
+def test_new_clients_get_non_ascii_names_escaped_old_clients_raw_utf8(processor):
+    cluster = "集群-\u00e9-\U0001d11e"  # CJK, Latin-1 and a character outside the BMP
+    request = registration()
+    request.ext_fields["clusterName"] = cluster
+    assert serve(processor, request).code == ResponseCode.SUCCESS
+    standard = serve(processor, route_request("Orders", version=401)).body
+    assert standard.isascii()
+    assert b'"cluster":"\\u96c6\\u7fa4-\\u00e9-\\ud834\\udd1e"' in standard
+    assert json.loads(standard)["brokerDatas"][0]["cluster"] == cluster
+    asked = serve(processor, route_request("Orders", version=121,
+                                           acceptStandardJsonOnly="true")).body
+    assert asked == standard
+    legacy = serve(processor, route_request("Orders", version=121)).body
+    assert cluster.encode() in legacy
+    assert jsonx.loads(legacy)["brokerDatas"][0]["cluster"] == cluster
+
+
 def test_unknown_topic_is_topic_not_exist_naming_the_topic(processor):
     response = serve(processor, route_request("NoSuchTopic"))
     assert response.code == ResponseCode.TOPIC_NOT_EXIST

@@ -1,0 +1,129 @@
+"""Fixtures shared by every test folder that runs real tidemq server processes.
+
+The work is done by server_processes.py (this folder, on sys.path for every test); these
+fixtures tie its processes to a test: each one is stopped at teardown by the PID started, and
+a failed test's report gets the tail of every server's logs.
+
+``tidemq_cluster(namesrv_count=1, brokers=["broker-a"], broker_overrides={...})`` returns a
+``TidemqCluster``; ``tidemq_server(kind, name, make_args)`` one process not yet started;
+``remoting_call(addr, command)`` one request over a plain socket; ``remoting_session(addr)`` a
+connection kept open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from server_processes import (
+    TEST_BROKER_SETTINGS,
+    RemotingSession,
+    ServerProcess,
+    TidemqCluster,
+    free_port,
+    remoting_call,
+    start_cluster,
+    wait_until,
+)
+from tidemq.protocol.command import RemotingCommand
+
+
+@pytest.fixture
+def tidemq_processes(request: pytest.FixtureRequest) -> Iterator[list[ServerProcess]]:
+    """Every server process a test started; stopped at teardown, logs in failure reports."""
+    processes: list[ServerProcess] = []
+    request.node.tidemq_processes = processes
+    yield processes
+    for process in reversed(processes):
+        process.stop()
+
+
+@pytest.fixture
+def tidemq_server(tmp_path: Path, tidemq_processes: list[ServerProcess]
+                  ) -> Callable[..., ServerProcess]:
+    """Factory: ``tidemq_server(kind, name, make_args, port_neighbours=())`` -> not started.
+
+    ``make_args(port)`` returns the command-line words after ``python -m tidemq <kind>``;
+    the process runs in ``tmp_path/<name>`` and is stopped at teardown.
+    """
+
+    def factory(kind: str, name: str, make_args: Callable[[int], list[str]],
+                port_neighbours: Sequence[int] = ()) -> ServerProcess:
+        server = ServerProcess(kind, name, tmp_path / name, make_args, tuple(port_neighbours))
+        tidemq_processes.append(server)
+        return server
+
+    return factory
+
+
+@pytest.fixture
+def tidemq_cluster(tmp_path: Path, tidemq_processes: list[ServerProcess]
+                   ) -> Callable[..., TidemqCluster]:
+    """Factory: ``tidemq_cluster(namesrv_count=1, brokers=("broker-a",), ...)``.
+
+    Takes the arguments of ``server_processes.start_cluster`` after ``processes``; each call
+    starts a new cluster in its own folder under ``tmp_path``.
+    """
+    count = 0
+
+    def factory(namesrv_count: int = 1, brokers: Sequence[str] = ("broker-a",),
+                broker_overrides: Mapping[str, object] | None = None,
+                namesrv_overrides: Mapping[str, str] | None = None) -> TidemqCluster:
+        nonlocal count
+        count += 1
+        return start_cluster(tmp_path / f"cluster-{count}", tidemq_processes, namesrv_count,
+                             brokers, broker_overrides, namesrv_overrides)
+
+    return factory
+
+
+@pytest.fixture(name="remoting_call")
+def remoting_call_fixture() -> Callable[..., RemotingCommand]:
+    """``remoting_call(addr, command_or_frame_bytes)`` -> the response (one socket per call)."""
+    return remoting_call
+
+
+@pytest.fixture
+def remoting_session() -> Iterator[Callable[[str], RemotingSession]]:
+    """``remoting_session(addr)``: a connection kept open until closed or test teardown."""
+    sessions: list[RemotingSession] = []
+
+    def factory(addr: str) -> RemotingSession:
+        session = RemotingSession(addr)
+        sessions.append(session)
+        return session
+
+    yield factory
+    for session in sessions:
+        session.close()
+
+
+@pytest.fixture(name="free_port")
+def free_port_fixture() -> Callable[..., int]:
+    """``free_port(neighbours=(-2, 1))``: a free loopback port (and its neighbours)."""
+    return free_port
+
+
+@pytest.fixture(name="test_broker_settings")
+def test_broker_settings_fixture() -> dict[str, str]:
+    """Store settings that keep a test broker small (``--<key> value`` pairs)."""
+    return dict(TEST_BROKER_SETTINGS)
+
+
+@pytest.fixture(name="wait_until")
+def wait_until_fixture() -> Callable[..., None]:
+    """``wait_until(condition, timeout_s, what=...)``: poll until true, bounded."""
+    return wait_until
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """Attach the tail of every server's logs to the report of a failed test."""
+    outcome = yield
+    report = outcome.get_result()
+    processes = getattr(item, "tidemq_processes", None)
+    if report.failed and processes:
+        for process in processes:
+            report.sections.append((f"tidemq {process.name} logs", process.log_tail()))
