@@ -9,21 +9,19 @@ request codes it sent and every non-SUCCESS response it got (its "wire" summary)
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import re
 
 import pytest
+from tidemq_side import create_topic, produce, read_back
 
-from tidemq.client import Admin, Message, MessageExt, Producer, PullConsumer, PullStatus
+from tidemq.client import Message
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 
 pytestmark = pytest.mark.interop
 
-ROUTE_WAIT_S = 20.0
-PULL_ROUNDS_MAX = 200  # bounds read-back loops: far more than the messages of any test here
 SEND_OK = 0  # rocketmq.client.SendStatus.OK
 LOCK_BATCH_MQ = str(int(RequestCode.LOCK_BATCH_MQ))
 UNIQUE_KEY_PATTERN = re.compile(r"[0-9A-F]{32}")
@@ -36,50 +34,6 @@ def route_of(remoting_call, namesrv_addr: str, topic: str) -> dict | None:
     response = remoting_call(namesrv_addr, RemotingCommand.request(
         RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
     return jsonx.loads(response.body) if response.code == ResponseCode.SUCCESS else None
-
-
-def create_topic(cluster, remoting_call, wait_until, topic: str, queue_nums: int = 4) -> None:
-    """Create ``topic`` on every broker and wait until every name server routes it."""
-
-    async def create() -> None:
-        async with Admin(namesrv=cluster.namesrv_addr) as admin:
-            await admin.create_topic(topic, queue_nums)
-
-    asyncio.run(create())
-    for namesrv in cluster.namesrvs:
-        wait_until(lambda addr=namesrv.addr: route_of(remoting_call, addr, topic) is not None,
-                   timeout_s=ROUTE_WAIT_S, what=f"{namesrv.name} to route {topic}")
-
-
-def produce(namesrv: str, messages: list[Message]) -> None:
-    async def send_all() -> None:
-        async with Producer("py_interop_producer", namesrv=namesrv) as producer:
-            for message in messages:
-                await producer.send(message)
-
-    asyncio.run(send_all())
-
-
-def read_back(namesrv: str, topic: str) -> list[MessageExt]:
-    """Every message stored in ``topic``, pulled queue by queue from offset 0."""
-
-    async def pull_all() -> list[MessageExt]:
-        stored: list[MessageExt] = []
-        async with PullConsumer("py_interop_reader", namesrv=namesrv) as consumer:
-            for queue in await consumer.queues(topic):
-                offset = 0
-                for _ in range(PULL_ROUNDS_MAX):
-                    result = await consumer.pull(queue, offset, 32)
-                    stored.extend(result.messages)
-                    if result.status is PullStatus.NO_NEW_MSG:
-                        break
-                    offset = result.next_begin_offset
-                else:
-                    raise AssertionError(f"{queue} still had messages after {PULL_ROUNDS_MAX}"
-                                         " pulls")
-        return stored
-
-    return asyncio.run(pull_all())
 
 
 def numbered_messages(topic: str, count: int) -> list[Message]:
@@ -150,7 +104,7 @@ def test_cpp_push_consumer_gets_every_message_once_with_body_tags_keys(
         tidemq_cluster, cpp_client, remoting_call, wait_until):
     cluster = tidemq_cluster()
     topic, count = "CppPush", 200
-    create_topic(cluster, remoting_call, wait_until, topic)
+    create_topic(cluster, topic)
     consumer = cpp_client("consumer", "consume", "--namesrv", cluster.namesrv_addr,
                           "--topic", topic, "--group", "cpp_push_group", "--expect", str(count))
     consumer.wait_for_output("CONSUMER STARTED")
@@ -170,7 +124,7 @@ def test_cpp_consumer_groups_each_get_everything_and_tag_filters_apply(
         tidemq_cluster, cpp_client, remoting_call, wait_until):
     cluster = tidemq_cluster()
     topic, count = "CppGroups", 100
-    create_topic(cluster, remoting_call, wait_until, topic)
+    create_topic(cluster, topic)
     common = ("--namesrv", cluster.namesrv_addr, "--topic", topic)
     everything = [cpp_client(f"group-{name}", "consume", *common, "--group", f"cpp_{name}",
                              "--expect", str(count)) for name in ("one", "two")]
@@ -192,7 +146,7 @@ def test_cpp_orderly_consumer_sees_each_sharding_key_in_order(
         tidemq_cluster, cpp_client, remoting_call, wait_until):
     cluster = tidemq_cluster()
     topic, count, shards = "CppOrderly", 120, 8
-    create_topic(cluster, remoting_call, wait_until, topic, queue_nums=4)
+    create_topic(cluster, topic, queue_nums=4)
     consumer = cpp_client("orderly-consumer", "consume", "--namesrv", cluster.namesrv_addr,
                           "--topic", topic, "--group", "cpp_orderly_group", "--orderly",
                           "--expect", str(count))
@@ -222,7 +176,7 @@ def test_cpp_consumer_restarted_in_its_group_resumes_after_what_it_consumed(
         tidemq_cluster, cpp_client, remoting_call, wait_until):
     cluster = tidemq_cluster()
     topic, first, second = "CppResume", 50, 30
-    create_topic(cluster, remoting_call, wait_until, topic)
+    create_topic(cluster, topic)
     messages = numbered_messages(topic, first + second)
     common = ("--namesrv", cluster.namesrv_addr, "--topic", topic, "--group", "cpp_resume")
 
@@ -241,7 +195,7 @@ def test_cpp_consumers_of_one_group_split_the_queues_and_get_everything_once(
         tidemq_cluster, cpp_client, remoting_call, wait_until, tmp_path):
     cluster = tidemq_cluster()
     topic, count, queues = "CppSplit", 200, 4
-    create_topic(cluster, remoting_call, wait_until, topic, queue_nums=queues)
+    create_topic(cluster, topic, queue_nums=queues)
     stop_file = tmp_path / "stop-consuming"
     members = [cpp_client(f"member-{i}", "consume", "--namesrv", cluster.namesrv_addr,
                           "--topic", topic, "--group", "cpp_split", "--stop-file", str(stop_file))
@@ -273,7 +227,7 @@ def test_cpp_broadcasting_consumers_of_one_group_each_get_every_new_message(
         tidemq_cluster, cpp_client, remoting_call, wait_until):
     cluster = tidemq_cluster()
     topic, count, queues = "CppBroadcast", 60, 4
-    create_topic(cluster, remoting_call, wait_until, topic, queue_nums=queues)
+    create_topic(cluster, topic, queue_nums=queues)
     produce(cluster.namesrv_addr, numbered_messages(topic, 5))  # before: not for them
     members = [cpp_client(f"broadcast-{i}", "consume", "--namesrv", cluster.namesrv_addr,
                           "--topic", topic, "--group", "cpp_broadcast", "--broadcasting",
@@ -299,11 +253,11 @@ def test_cpp_consumer_gets_messages_it_handed_back_again_after_their_retry_delay
     # client hands back the rest of a batch unseen once one message of it fails, which
     # would blur what is counted here.
     topic, group, count, tries = "CppRetry", "cpp_retry", 20, 1
-    create_topic(cluster, remoting_call, wait_until, topic)
+    create_topic(cluster, topic)
     # The broker creates %RETRY%<group> at the group's first heartbeat, but a C++ client
     # looks the route up before that and again only every 30 s; creating it first keeps the
     # test short (a real deployment just waits for the next route refresh).
-    create_topic(cluster, remoting_call, wait_until, f"%RETRY%{group}", queue_nums=1)
+    create_topic(cluster, f"%RETRY%{group}", queue_nums=1)
     consumer = cpp_client("retrying-consumer", "consume", "--namesrv", cluster.namesrv_addr,
                           "--topic", topic, "--group", group, "--expect", str(count),
                           "--fail-below-reconsume", str(tries))

@@ -18,28 +18,14 @@ import asyncio
 import collections
 
 import pytest
+from tidemq_side import create_topic
 
-from tidemq.client import Admin, Message
+from tidemq.client import Message
 from tidemq.client.transaction_producer import TransactionProducer, TransactionState
 
 pytestmark = pytest.mark.interop
 
-ROUTE_WAIT_S = 20.0
 RECEIVE_WAIT_S = 60.0  # the checked transactions need transactionTimeOut (6 s) and a round
-
-
-async def create_topic(namesrv: str, topic: str, queues: int = 4) -> None:
-    """Create ``topic`` and wait (bounded) until the name server routes it."""
-    async with Admin(namesrv) as admin:
-        await admin.create_topic(topic, queues)
-        for _ in range(int(ROUTE_WAIT_S / 0.05)):
-            try:
-                if (await admin.topic_route(topic)).subscribe_queues(topic):
-                    return
-            except Exception:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"topic {topic} never showed up in the route")
 
 
 def test_cpp_consumer_gets_committed_transactions_once_and_nothing_else(
@@ -47,7 +33,7 @@ def test_cpp_consumer_gets_committed_transactions_once_and_nothing_else(
     cluster = tidemq_cluster()
     namesrv = cluster.namesrv_addr
     topic = "CppTxOrders"
-    asyncio.run(create_topic(namesrv, topic))
+    create_topic(cluster, topic)
     stop_file = tmp_path / "stop"
     consumer = cpp_client("tx-consumer", "consume", "--namesrv", namesrv, "--topic", topic,
                           "--group", "cpp_tx_group", "--stop-file", str(stop_file),

@@ -10,24 +10,21 @@ Node.js producers stored.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import re
 import shutil
 from pathlib import Path
 
 import pytest
+from tidemq_side import create_topic, produce, read_back
 
-from tidemq.client import Admin, Message, Producer, PullConsumer, PullStatus
-from tidemq.client.errors import NoRouteError
+from tidemq.client import Message
 
 pytestmark = pytest.mark.interop
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 CLIENTS = ["ons", "cpp2"]
 SEND_OK = {"ons": "SEND_OK", "cpp2": 0}
-PULL_ROUNDS_MAX = 200
-ROUTE_POLLS_MAX = 200  # x 0.1 s
 UNIQUE_KEY_PATTERN = re.compile(r"[0-9A-F]{32}")
 
 
@@ -40,52 +37,10 @@ def node_clients_installed() -> None:
             f"(npm ci --prefix {NODE_DIR})")
 
 
-def create_topic(namesrv: str, topic: str, queue_nums: int = 4) -> None:
-    """Create ``topic`` on the broker and wait (bounded) until the name server routes it."""
-
-    async def create() -> None:
-        async with Admin(namesrv=namesrv) as admin:
-            await admin.create_topic(topic, queue_nums)
-            for _ in range(ROUTE_POLLS_MAX):
-                try:
-                    await admin.topic_route(topic)
-                    return
-                except NoRouteError:
-                    await asyncio.sleep(0.1)
-            raise AssertionError(f"the name server never routed {topic}")
-
-    asyncio.run(create())
-
-
-def produce(namesrv: str, topic: str, count: int) -> None:
-    async def send_all() -> None:
-        async with Producer("py_node_interop", namesrv=namesrv) as producer:
-            for i in range(count):
-                await producer.send(Message(topic, f"msg-{i}",
-                                            tags="TagA" if i % 2 == 0 else "TagB",
-                                            keys=[f"key-{i}"]))
-
-    asyncio.run(send_all())
-
-
-def read_back(namesrv: str, topic: str) -> list:
-    async def pull_all() -> list:
-        stored = []
-        async with PullConsumer("py_node_reader", namesrv=namesrv) as consumer:
-            for queue in await consumer.queues(topic):
-                offset = 0
-                for _ in range(PULL_ROUNDS_MAX):
-                    result = await consumer.pull(queue, offset, 32)
-                    stored.extend(result.messages)
-                    if result.status is PullStatus.NO_NEW_MSG:
-                        break
-                    offset = result.next_begin_offset
-                else:
-                    raise AssertionError(f"{queue} still had messages after {PULL_ROUNDS_MAX}"
-                                         " pulls")
-        return stored
-
-    return asyncio.run(pull_all())
+def numbered(topic: str, count: int) -> list[Message]:
+    """``msg-i`` with tag TagA / TagB alternating and key ``key-i``."""
+    return [Message(topic, f"msg-{i}", tags="TagA" if i % 2 == 0 else "TagB", keys=[f"key-{i}"])
+            for i in range(count)]
 
 
 def bodies_once(received: list[dict]) -> list[str]:
@@ -104,7 +59,7 @@ def test_node_producer_sends_are_stored_with_tags_keys_and_send_results(
         client, tidemq_cluster, node_client):
     cluster = tidemq_cluster()
     topic, count = f"NodeProduced_{client}", 30
-    create_topic(cluster.namesrv_addr, topic)
+    create_topic(cluster, topic)
 
     result = node_client(client, "producer", "produce", "--namesrv", cluster.namesrv_addr,
                          "--topic", topic, "--count", str(count)).result()
@@ -129,7 +84,7 @@ def test_node_push_consumer_gets_every_message_once_and_tag_filters_apply(
         client, tidemq_cluster, node_client):
     cluster = tidemq_cluster()
     topic, count = f"NodePush_{client}", 100
-    create_topic(cluster.namesrv_addr, topic)
+    create_topic(cluster, topic)
     everything = node_client(client, "all", "consume", "--namesrv", cluster.namesrv_addr,
                              "--topic", topic, "--group", f"node_all_{client}",
                              "--expect", str(count))
@@ -139,7 +94,7 @@ def test_node_push_consumer_gets_every_message_once_and_tag_filters_apply(
     for consumer in (everything, tag_a):
         consumer.wait_for_output("CONSUMER STARTED")
 
-    produce(cluster.namesrv_addr, topic, count)
+    produce(cluster.namesrv_addr, numbered(topic, count))
 
     received = everything.result()["received"]
     assert bodies_once(received) == expected_bodies(range(count))
@@ -156,16 +111,16 @@ def test_node_consumer_gets_a_failed_message_again_from_the_retry_topic(
     # Every delay level 1 s, so a handed-back message comes again in a second, not in 10 s.
     cluster = tidemq_cluster(broker_overrides={"messageDelayLevel": " ".join(["1s"] * 18)})
     topic, group, count = f"NodeRetry_{client}", f"node_retry_{client}", 10
-    create_topic(cluster.namesrv_addr, topic)
+    create_topic(cluster, topic)
     # Created up front: these clients look the retry topic's route up before their first
     # heartbeat creates it, and only every 30 s after that.
-    create_topic(cluster.namesrv_addr, f"%RETRY%{group}", queue_nums=1)
+    create_topic(cluster, f"%RETRY%{group}", queue_nums=1)
     consumer = node_client(client, "retrying", "consume", "--namesrv", cluster.namesrv_addr,
                            "--topic", topic, "--group", group, "--fail-first",
                            "--expect", str(2 * count))
     consumer.wait_for_output("CONSUMER STARTED")
 
-    produce(cluster.namesrv_addr, topic, count)
+    produce(cluster.namesrv_addr, numbered(topic, count))
 
     received = consumer.result()["received"]
     by_attempt = collections.defaultdict(list)
