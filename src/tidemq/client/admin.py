@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemq.client import admin_consumers, broker_api
+from tidemq.client.broker_fanout import ask_each_broker
 from tidemq.client.errors import BrokerRejected, InvalidMessage, NoRouteError
 from tidemq.client.instance import REQUEST_TIMEOUT_MS, ClientInstance, check_response
 from tidemq.client.lifecycle import ClientLifecycle
@@ -365,20 +366,13 @@ class Admin(ClientLifecycle):
         self._check_running()
         info = await self.cluster_list()
         stats = ConsumeStats()
-        refusals: list[str] = []
         fields = {"consumerGroup": group}
         if topic is not None:
             fields["topic"] = topic
-        for broker_name, address in sorted(info.master_addresses().items()):
-            try:
-                response = await self._instance.invoke(address, RequestCode.GET_CONSUME_STATS,
-                                                       fields)
-            except RemotingError as e:
-                refusals.append(f"{broker_name}: {e}")
-                continue
-            if response.code != ResponseCode.SUCCESS:
-                refusals.append(f"{broker_name}: {response.remark or response.code}")
-                continue
+        answers, refusals = await ask_each_broker(
+            self._instance, sorted(info.master_addresses().items()),
+            RequestCode.GET_CONSUME_STATS, fields)
+        for _, response in answers:
             body = jsonx.loads(response.body or b"{}")
             stats.consume_tps += float(body.get("consumeTps") or 0.0)
             for key, value in (body.get("offsetTable") or {}).items():

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tidemq.client.broker_fanout import ask_each_broker
 from tidemq.client.errors import NoRouteError
 from tidemq.client.instance import check_response
 from tidemq.client.message import MessageQueue
@@ -24,7 +25,6 @@ from tidemq.protocol.headers import (
     GetConsumerStatusRequestHeader,
     ResetOffsetRequestHeader,
 )
-from tidemq.remoting.errors import RemotingError
 
 if TYPE_CHECKING:
     from tidemq.client.instance import ClientInstance
@@ -66,17 +66,12 @@ async def consumer_running_info(instance: ClientInstance, addresses: list[str], 
     """
     fields = GetConsumerRunningInfoRequestHeader(consumer_group=group, client_id=client_id,
                                                  jstack_enable=jstack).to_ext_fields()
-    refusals: list[str] = []
-    for address in addresses:
-        try:
-            response = await instance.invoke(address, RequestCode.GET_CONSUMER_RUNNING_INFO,
-                                              fields, timeout_ms=RUNNING_INFO_TIMEOUT_MS)
-        except RemotingError as e:
-            refusals.append(f"{address}: {e}")
-            continue
-        if response.code == ResponseCode.SUCCESS:
-            return _running_info(jsonx.loads(response.body or b"{}"))
-        refusals.append(f"{address}: {response.remark or response.code}")
+    answers, refusals = await ask_each_broker(
+        instance, ((address, address) for address in addresses),
+        RequestCode.GET_CONSUMER_RUNNING_INFO, fields, timeout_ms=RUNNING_INFO_TIMEOUT_MS,
+        first_only=True)
+    if answers:
+        return _running_info(jsonx.loads(answers[0][1].body or b"{}"))
     raise NoRouteError(f"no running info of consumer {client_id} of group {group!r}: "
                        + ("; ".join(refusals) or "no broker to ask"))
 
@@ -93,17 +88,10 @@ async def consumer_status(instance: ClientInstance, addresses: list[str], group:
     fields = GetConsumerStatusRequestHeader(topic=topic, group=group,
                                             client_addr=client_id).to_ext_fields()
     table: dict[str, dict[MessageQueue, int]] = {}
-    refusals: list[str] = []
-    for address in addresses:
-        try:
-            response = await instance.invoke(
-                address, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, fields)
-        except RemotingError as e:
-            refusals.append(f"{address}: {e}")
-            continue
-        if response.code != ResponseCode.SUCCESS:
-            refusals.append(f"{address}: {response.remark or response.code}")
-            continue
+    answers, refusals = await ask_each_broker(
+        instance, ((address, address) for address in addresses),
+        RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, fields)
+    for _, response in answers:
         consumers = jsonx.loads(response.body or b"{}").get("consumerTable") or {}
         for member, offsets in consumers.items():
             mine = table.setdefault(str(member), {})
