@@ -12,6 +12,11 @@ client and broker each have a process, as a user would run them. Figures, median
 - ``e2e_latency_at_2000``: a consumer waits at the end of a fresh topic while a producer offers
   2,000 single messages a second for ``--latency-seconds``; p50/p99/p999 of now - born time.
 
+Next to each rate it prints CPU time per message, the steadier figure on a shared machine:
+the broker's (``tidemq dev`` process, from /proc/<pid>/stat across the run) and the client's
+(the ``tidemq bench`` process, from ``RUSAGE_CHILDREN``, less the CPU of a run of
+``CALIBRATION_MESSAGES`` messages, so the interpreter's start-up and imports are not counted).
+
 It prints its parameters and the machine first, then one line per figure (``--json``: one JSON
 object).
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -33,6 +39,10 @@ from store_bench import machine_description
 
 VENV_BIN = os.path.dirname(sys.executable)
 TIDEMQ = os.path.join(VENV_BIN, "tidemq")
+
+# A client run this short costs about its start-up alone; its CPU is subtracted from the
+# measured run's so "client CPU per message" is the steady cost of sending.
+CALIBRATION_MESSAGES = 256
 
 
 def free_port() -> int:
@@ -80,28 +90,74 @@ class DevServer:
         self.log.close()
 
 
-def bench(namesrv: str, *args: str, timeout_s: float = 300) -> dict:
-    """Run ``tidemq bench ... --json`` and return its summary."""
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def bench(namesrv: str, *args: str, timeout_s: float = 300, broker_pid: int | None = None
+          ) -> dict:
+    """Run ``tidemq bench ... --json`` and return its summary, with ``client_cpu_s`` (and
+    ``broker_cpu_s`` when ``broker_pid`` is given) added: CPU seconds spent during the run."""
+    broker_before = process_cpu_s(broker_pid) if broker_pid else 0.0
+    client_before = children_cpu_s()
     out = subprocess.run(
         [TIDEMQ, "bench", *args, "-n", namesrv, "--json"],
         capture_output=True, text=True, timeout=timeout_s, check=False,
     )
     if out.returncode != 0:
         raise RuntimeError(f"tidemq bench {' '.join(args)} failed: {out.stderr.strip()}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    summary["client_cpu_s"] = children_cpu_s() - client_before
+    if broker_pid:
+        summary["broker_cpu_s"] = process_cpu_s(broker_pid) - broker_before
+    return summary
+
+
+def produce_with_cpu(server: DevServer, topic: str, count: int, *args: str) -> dict:
+    """A produce run plus CPU µs per message of broker and client (see module docstring)."""
+    calibration = bench(server.namesrv, "produce", "-t", topic, *args,
+                        "--count", str(CALIBRATION_MESSAGES), broker_pid=server.process.pid)
+    summary = bench(server.namesrv, "produce", "-t", topic, *args, "--count", str(count),
+                    broker_pid=server.process.pid)
+    extra = summary["messages"] - calibration["messages"]
+    summary["broker_cpu_us_per_msg"] = (
+        (summary["broker_cpu_s"] - calibration["broker_cpu_s"]) / extra * 1e6)
+    summary["client_cpu_us_per_msg"] = (
+        (summary["client_cpu_s"] - calibration["client_cpu_s"]) / extra * 1e6)
+    return summary
+
+
+def calibration_us() -> float:
+    """Host speed now: codec_bench's ``send_request_decode`` CPU µs (RESULTS.md compares runs
+    by it, as the host's speed moves by a factor of 2 from hour to hour)."""
+    out = subprocess.run(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "codec_bench.py"),
+         "--only", "send_request_decode", "--runs", "3", "--json"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    return json.loads(out.stdout)["results"][0]["cpu_us_per_op"]
 
 
 def one_run(args: argparse.Namespace, run: int) -> dict[str, dict]:
+    calibration = {"send_request_decode_cpu_us": calibration_us()}
     work_dir = tempfile.mkdtemp(prefix="broker-bench-", dir=args.dir)
     server = DevServer(work_dir)
     try:
         size = str(args.size)
         results = {
-            "produce_batch": bench(server.namesrv, "produce", "-t", "BenchBatch", "-s", size,
-                                   "-b", "64", "-c", "16", "--count", str(args.messages)),
-            "produce_async_single": bench(server.namesrv, "produce", "-t", "BenchSingle",
-                                          "-s", size, "-b", "0", "-c", "64",
-                                          "--count", str(args.messages // 4)),
+            "calibration": calibration,
+            "produce_batch": produce_with_cpu(server, "BenchBatch", args.messages, "-s", size,
+                                              "-b", "64", "-c", "16"),
+            "produce_async_single": produce_with_cpu(server, "BenchSingle", args.messages // 4,
+                                                     "-s", size, "-b", "0", "-c", "64"),
             "consume_pull": bench(server.namesrv, "consume", "-t", "BenchBatch", "--from",
                                   "first", "--count", str(args.messages)),
         }
@@ -147,9 +203,21 @@ def main() -> int:
     for name in ("produce_batch", "produce_async_single", "consume_pull"):
         rates = [r[name]["msgs_per_s"] for r in runs]
         figures[name] = statistics.median(rates)
+        cpu = ""
+        if name.startswith("produce"):
+            for side in ("broker", "client"):
+                per_msg = [r[name][f"{side}_cpu_us_per_msg"] for r in runs]
+                figures[f"{name}_{side}_cpu_us_per_msg"] = statistics.median(per_msg)
+                cpu += (f"; {side} CPU {statistics.median(per_msg):.1f} us/msg "
+                        f"({', '.join(f'{x:.1f}' for x in per_msg)})")
         if not args.json:
             print(f"{name}: {statistics.median(rates):,.0f} msg/s "
-                  f"(runs: {', '.join(f'{x:,.0f}' for x in rates)})")
+                  f"(runs: {', '.join(f'{x:,.0f}' for x in rates)}){cpu}")
+    calibrations = [r["calibration"]["send_request_decode_cpu_us"] for r in runs]
+    figures["codec_send_request_decode_cpu_us"] = statistics.median(calibrations)
+    if not args.json:
+        print(f"calibration: codec_bench send_request_decode {statistics.median(calibrations):.2f}"
+              f" CPU us (runs: {', '.join(f'{x:.2f}' for x in calibrations)})")
     latency = {q: statistics.median(r["e2e_latency_at_2000"][f"latency_ms_{q}"] for r in runs)
                for q in ("p50", "p99", "p999")}
     figures["e2e_latency_at_2000_ms"] = latency

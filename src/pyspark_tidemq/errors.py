@@ -8,6 +8,9 @@
   the message names the queue, the missing offsets and the option to change.
 - ``InvalidSinkInput``: the columns or a row given to the sink cannot become messages (no
   body column, a wrong column type, an empty body, a reserved property, an unknown queue).
+- ``ExactlyOnceCommitFailed``: an exactly-once batch could not be committed (its rows were
+  rolled back by timeout, or a broker refused); nothing of it is visible on that broker.
+  Restart the query from its checkpoint: Spark replays the batch.
 """
 
 from __future__ import annotations
@@ -25,3 +28,7 @@ class DataLossError(TidemqError):
 
 class InvalidSinkInput(TidemqError, ValueError):
     """Columns or a row written to the tidemq sink cannot be turned into messages."""
+
+
+class ExactlyOnceCommitFailed(TidemqError):
+    """An exactly-once batch was not committed on a broker; restart the query to replay it."""

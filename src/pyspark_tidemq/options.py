@@ -35,8 +35,15 @@ In offsets JSON, queues are keyed ``"brokerName:queueId"`` per topic; -2 means e
 
 Sink (``df.write`` / ``df.writeStream``): namesrvAddr (required), topic (overrides a topic
 column), producerGroup, sendBatchSize (messages per batch request, default 256),
-maxInFlightRequests (default 4), sendTimeoutMs (default 10000), deliveryGuarantee
-(``atLeastOnce``; ``exactlyOnce`` arrives with transactional sends).
+maxInFlightRequests (default 4), sendTimeoutMs (default 10000), and the guarantee:
+
+====================== ============================================ ==========================
+exactlyOnce            true | false: rows are committed once per    false
+                       (query, micro-batch) (pyspark_tidemq.exactly_once)
+deliveryGuarantee      atLeastOnce | exactlyOnce (the same choice)  atLeastOnce
+exactlyOnce.timeoutMs  uncommitted rows are rolled back this long    300000 (5 min)
+                       after they were sent (rounded up to seconds)
+====================== ============================================ ==========================
 """
 
 from __future__ import annotations
@@ -72,6 +79,9 @@ SEND_BATCH_SIZE = 256
 # the next ones; each holds at most sendBatchSize messages in memory.
 MAX_IN_FLIGHT_REQUESTS = 4
 SEND_TIMEOUT_MS = 10_000
+# Five minutes: a micro-batch's tasks and its commit must finish within it, else the brokers
+# roll its rows back and the commit fails (Spark's own task and batch times are minutes).
+EXACTLY_ONCE_TIMEOUT_MS = 300_000
 
 # Options Spark itself (or users out of habit) pass to every source or sink; ignored here.
 _SPARK_GENERIC_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
@@ -84,7 +94,7 @@ SOURCE_OPTIONS = (
 )
 SINK_OPTIONS = (
     "namesrvAddr", "topic", "producerGroup", "sendBatchSize", "maxInFlightRequests",
-    "sendTimeoutMs", "deliveryGuarantee",
+    "sendTimeoutMs", "deliveryGuarantee", "exactlyOnce", "exactlyOnce.timeoutMs",
 )
 
 _OFFSETS_EXAMPLE = '{"Orders": {"broker-a:0": 42, "broker-b:3": -2}}'
@@ -112,9 +122,10 @@ class OffsetSpec:
 
 
 class DeliveryGuarantee(enum.Enum):
-    """What the sink promises. Only at-least-once exists today (as Spark's Kafka sink)."""
+    """What the sink promises."""
 
-    AT_LEAST_ONCE = "atLeastOnce"
+    AT_LEAST_ONCE = "atLeastOnce"  # as Spark's Kafka sink: a retried task may store rows twice
+    EXACTLY_ONCE = "exactlyOnce"  # transactional halves committed once per (query, batch)
 
 
 @dataclass(frozen=True)
@@ -161,6 +172,7 @@ class SinkOptions:
     max_in_flight_requests: int = MAX_IN_FLIGHT_REQUESTS
     send_timeout_ms: int = SEND_TIMEOUT_MS
     delivery_guarantee: DeliveryGuarantee = DeliveryGuarantee.AT_LEAST_ONCE
+    exactly_once_timeout_ms: int = EXACTLY_ONCE_TIMEOUT_MS
 
 
 class _Reader:
@@ -296,12 +308,6 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         problem = topic_name_problem(topic)
         if problem is not None:
             raise InvalidOption(f"option topic: {problem}")
-    guarantee_text = reader.text("deliveryGuarantee") or DeliveryGuarantee.AT_LEAST_ONCE.value
-    if guarantee_text.lower() != DeliveryGuarantee.AT_LEAST_ONCE.value.lower():
-        raise InvalidOption(
-            f"option deliveryGuarantee={guarantee_text!r}: only atLeastOnce is available "
-            "(exactlyOnce needs transactional sends, not there yet)"
-        )
     return SinkOptions(
         namesrv_addr=_namesrv(reader),
         topic=topic,
@@ -310,7 +316,30 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         max_in_flight_requests=reader.integer("maxInFlightRequests", 1)
         or MAX_IN_FLIGHT_REQUESTS,
         send_timeout_ms=reader.integer("sendTimeoutMs", 1) or SEND_TIMEOUT_MS,
+        delivery_guarantee=_guarantee(reader),
+        exactly_once_timeout_ms=reader.integer("exactlyOnce.timeoutMs", 1000)
+        or EXACTLY_ONCE_TIMEOUT_MS,
     )
+
+
+def _guarantee(reader: _Reader) -> DeliveryGuarantee:
+    by_name = {g.value.lower(): g for g in DeliveryGuarantee}
+    text = reader.text("deliveryGuarantee")
+    guarantee = None
+    if text is not None:
+        guarantee = by_name.get(text.lower())
+        if guarantee is None:
+            raise InvalidOption(
+                f"option deliveryGuarantee={text!r}: expected atLeastOnce or exactlyOnce")
+    if reader.has("exactlyOnce"):
+        flag = DeliveryGuarantee.EXACTLY_ONCE if reader.boolean("exactlyOnce", False) \
+            else DeliveryGuarantee.AT_LEAST_ONCE
+        if guarantee is not None and guarantee is not flag:
+            raise InvalidOption(
+                f"options exactlyOnce={reader.text('exactlyOnce')} and deliveryGuarantee={text} "
+                "contradict each other; give one of them")
+        guarantee = flag
+    return guarantee or DeliveryGuarantee.AT_LEAST_ONCE
 
 
 def _namesrv(reader: _Reader) -> str:

@@ -43,7 +43,8 @@ from pyspark.sql.types import (
 from pyspark_tidemq.errors import InvalidSinkInput
 from pyspark_tidemq.options import SinkOptions
 from pyspark_tidemq.record_batch import SYSTEM_PROPERTIES
-from tidemq.client.message import Message
+from tidemq.limits import PROPERTIES_SIZE_MAX
+from tidemq.protocol.message import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, encode_properties
 
 _STRING = (StringType,)
 _INTEGER = (IntegerType, LongType, ShortType, ByteType)
@@ -126,48 +127,79 @@ def sink_layout(schema: StructType, options: SinkOptions) -> SinkLayout:
     return SinkLayout(names, options.topic)
 
 
-def batch_to_messages(
-    batch: pa.RecordBatch, layout: SinkLayout
-) -> tuple[list[Message], list[Route]]:
-    """Turn one Arrow batch of input rows into messages and their routes, in row order.
+@dataclass(frozen=True)
+class SinkColumns:
+    """One Arrow batch of input rows, as the encoder needs them (row order kept).
+
+    Attributes:
+        topics: each row's topic, or None when the ``topic`` option names one for all.
+        bodies: each row's body.
+        properties: each row's encoded properties string (KEYS, TAGS, user properties), or
+            None when no row has any.
+        routes: each row's route (a queue id, a sharding key), or None when no row has one.
+    """
+
+    topics: list[str] | None
+    bodies: list[bytes]
+    properties: list[bytes] | None
+    routes: list[Route] | None
+
+
+def batch_columns(batch: pa.RecordBatch, layout: SinkLayout) -> SinkColumns:
+    """Take one Arrow batch of input rows apart into the columns the encoder needs.
 
     Raises:
-        InvalidSinkInput: a row has no body or topic, or sets a system property.
+        InvalidSinkInput: a row has no body or topic, sets a system property, or its
+            properties exceed 32767 bytes.
     """
     count = batch.num_rows
+    names = layout.names
 
     def column(name: str) -> list | None:
-        actual = layout.names.get(name)
+        actual = names.get(name)
         return batch.column(actual).to_pylist() if actual is not None else None
 
-    _check_bodies(batch.column(layout.names["body"]))
-    topic_option = layout.topic_option
-    if topic_option is None:
-        topic_column = batch.column(layout.names["topic"])
+    body_column = batch.column(names["body"])
+    _check_bodies(body_column)
+    if not pa.types.is_binary(body_column.type):
+        body_column = body_column.cast(pa.binary())  # UTF-8 strings: the same bytes
+    bodies = body_column.to_pylist()
+    topics = None
+    if layout.topic_option is None:
+        topic_column = batch.column(names["topic"])
         if topic_column.null_count:
             row = topic_column.is_null().to_pylist().index(True)
             raise InvalidSinkInput(f"row {row} has a null topic and no option topic is set")
-    bodies = column("body") or []
-    keys, tags, properties = column("keys"), column("tags"), column("properties")
-    if topic_option is not None and keys is None and tags is None and properties is None:
-        # The common case, bodies only: no per-row branching.
-        messages = [Message(topic_option, body) for body in bodies]
-        return messages, _routes(batch, layout, count)
-    topics = [topic_option] * count if topic_option is not None else column("topic") or []
-    messages = []
-    append = messages.append
-    for row in range(count):
-        row_properties = properties[row] if properties is not None else None
-        if row_properties:
-            row_properties = dict(row_properties)
-            _check_properties(row, row_properties)
-        append(Message(
-            topics[row], bodies[row],
-            tags=tags[row] if tags is not None else None,
-            keys=keys[row] if keys is not None else None,
-            properties=row_properties,
-        ))
-    return messages, _routes(batch, layout, count)
+        topics = topic_column.to_pylist()
+    keys, tags, user = column("keys"), column("tags"), column("properties")
+    properties = None
+    if keys is not None or tags is not None or user is not None:
+        properties = [_properties_bytes(row, keys, tags, user) for row in range(count)]
+    routes = _routes(batch, layout, count) if (
+        layout.has("shardingKey") or layout.has("queueId")) else None
+    return SinkColumns(topics, bodies, properties, routes)
+
+
+def _properties_bytes(row: int, keys: list | None, tags: list | None,
+                      user: list | None) -> bytes:
+    properties: dict[str, str] = {}
+    row_user = user[row] if user is not None else None
+    if row_user:
+        properties = dict(row_user)
+        _check_properties(row, properties)
+    row_keys = keys[row] if keys is not None else None
+    if row_keys:
+        properties[PROPERTY_KEYS] = (row_keys if isinstance(row_keys, str)
+                                     else KEY_SEPARATOR.join(row_keys))
+    row_tags = tags[row] if tags is not None else None
+    if row_tags:
+        properties[PROPERTY_TAGS] = row_tags
+    data = encode_properties(properties).encode("utf-8")
+    if len(data) > PROPERTIES_SIZE_MAX:
+        raise InvalidSinkInput(
+            f"row {row}: its keys, tags and properties take {len(data)} bytes, more than the "
+            f"limit of {PROPERTIES_SIZE_MAX}; use fewer or shorter properties")
+    return data
 
 
 def _check_bodies(bodies: pa.Array) -> None:

@@ -1,35 +1,26 @@
-"""``df.write`` / ``df.writeStream`` ``.format("tidemq")``: rows to messages, at least once.
+"""``df.write`` / ``df.writeStream`` ``.format("tidemq")``: rows to messages.
 
 Theory of operation
 -------------------
 Spark builds the writer on the driver (``sink_layout`` checks the columns there, before any
 task runs), pickles it, and calls ``write(batches)`` once per task in executors with the
-task's rows as Arrow record batches. ``write`` opens a ``tidemq.sync.Producer`` and sends:
+task's rows as Arrow record batches. ``write`` hands them to the writer's *delivery*, which
+sends them (sink_sender.py: batch requests encoded straight from the Arrow columns, several
+in flight, per-queue order kept for rows routed by ``shardingKey`` / ``queueId``) and returns
+a report; the driver's ``commit(messages, batchId)`` passes the reports back to it.
 
-- rows become ``Message`` objects (``sink_rows.batch_to_messages``) and are grouped by topic
-  and route: rows with a ``queueId`` or ``shardingKey`` by their queue, the rest together;
-- each group is cut into ``sendBatchSize`` messages per SEND_BATCH_MESSAGE request; up to
-  ``maxInFlightRequests`` requests are in flight, so the broker stores one batch while this
-  task encodes the next;
-- requests for one queue go out one after the other, in row order, so rows of one sharding
-  key keep their order (within a task; Spark does not order rows across tasks);
-- ``write`` returns only when every request was answered; any failure fails the task.
-
-Delivery is *at least once*, like Spark's Kafka sink: a task that fails after some requests
-were stored is retried by Spark and sends them again. The seam for exactly once is
-``Delivery``: ``write`` hands its sends to a delivery and returns what the delivery reports;
-the driver's ``commit(messages, batchId)`` passes the reports back to it. An exactly-once
-delivery would send transactional half messages in ``write``, report their transaction ids,
-and commit them in ``commit`` idempotently per (query id, batch id), aborting stale ones by
-timeout (``abort`` is not called when a driver dies).
+- ``AtLeastOnceDelivery`` (default): rows are stored as they are sent; a task that fails
+  after some requests were stored is retried by Spark and sends them again, so a row may be
+  stored twice, as with Spark's Kafka sink. Unrouted rows go round robin over the topic's
+  queues, a request at a time.
+- ``ExactlyOnceDelivery`` (``exactlyOnce=true``; exactly_once.py): rows are sent as half
+  messages and committed by the driver once per (query id, batch id).
 """
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -40,12 +31,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pyspark_tidemq.errors import InvalidSinkInput
 from pyspark_tidemq.options import DeliveryGuarantee, SinkOptions
-from pyspark_tidemq.sink_rows import Route, SinkLayout, batch_to_messages, sink_layout
-from tidemq import sync
-from tidemq.client.message import Message, MessageQueue
-from tidemq.client.queue_selection import select_by_sharding_key
+from pyspark_tidemq.sink_encoding import Chunk
+from pyspark_tidemq.sink_rows import SinkLayout, sink_layout
+from pyspark_tidemq.sink_sender import TaskSender
+from tidemq.client.encoded_batch import BatchSendResult
+from tidemq.client.exactly_once_sync import EncodedBatchSender
+from tidemq.client.message import MessageQueue
 
 log = logging.getLogger("pyspark_tidemq")
 
@@ -67,15 +59,18 @@ class Delivery:
     """How a sink delivers: ``send`` in tasks, ``commit`` / ``abort`` on the driver."""
 
     def send(self, options: SinkOptions, layout: SinkLayout,
-             batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+             batches: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        """Send one task's rows; the task's report."""
         raise NotImplementedError
 
     def commit(self, messages: Sequence[WriterCommitMessage | None],
                batch_id: int | None) -> None:
+        """Every task succeeded (``batch_id`` is None for a batch write)."""
         raise NotImplementedError
 
     def abort(self, messages: Sequence[WriterCommitMessage | None],
               batch_id: int | None) -> None:
+        """A task failed."""
         raise NotImplementedError
 
 
@@ -84,15 +79,33 @@ class AtLeastOnceDelivery(Delivery):
 
     def send(self, options: SinkOptions, layout: SinkLayout,
              batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        with _Sender(options) as sender:
-            for batch in batches:
-                if batch.num_rows:
-                    messages, routes = batch_to_messages(batch, layout)
-                    sender.submit(messages, routes)
-            return sender.finish()
+        """Send the task's rows; returns once all are stored."""
+        report = SinkCommitMessage()
+
+        def stored(result: BatchSendResult) -> None:
+            report.messages += result.count
+
+        with EncodedBatchSender(options.producer_group, options.namesrv_addr,
+                                send_timeout_ms=options.send_timeout_ms) as client:
+
+            def submit(queue: MessageQueue, chunk: Chunk):
+                return client.send_async(queue, chunk.body, chunk.count)
+
+            sender = TaskSender(options, layout, client.queues, submit,
+                                lambda queues, row: None, stored)
+            try:
+                for batch in batches:
+                    sender.send_batch(batch)
+                sender.finish()
+            except BaseException:
+                sender.cancel()
+                raise
+        report.requests = sender.requests
+        return report
 
     def commit(self, messages: Sequence[WriterCommitMessage | None],
                batch_id: int | None) -> None:
+        """Log what the tasks stored."""
         sent = [m for m in messages if isinstance(m, SinkCommitMessage)]
         log.info("tidemq sink%s: %d messages in %d requests from %d tasks",
                  f" batch {batch_id}" if batch_id is not None else "",
@@ -100,103 +113,25 @@ class AtLeastOnceDelivery(Delivery):
 
     def abort(self, messages: Sequence[WriterCommitMessage | None],
               batch_id: int | None) -> None:
-        # Stored messages stay stored: at least once has nothing to take back.
+        """Stored messages stay stored: at least once has nothing to take back."""
         log.warning("tidemq sink%s aborted; messages already stored stay stored (at-least-once)",
                     f" batch {batch_id}" if batch_id is not None else "")
 
 
-DELIVERIES: dict[DeliveryGuarantee, Callable[[], Delivery]] = {
-    DeliveryGuarantee.AT_LEAST_ONCE: AtLeastOnceDelivery,
-}
+def make_delivery(options: SinkOptions, *, batch_write: bool) -> Delivery:
+    """The delivery of ``options.delivery_guarantee`` (built on the driver, then pickled)."""
+    if options.delivery_guarantee is DeliveryGuarantee.EXACTLY_ONCE:
+        from pyspark_tidemq.exactly_once import ExactlyOnceDelivery
 
-
-_Sent = concurrent.futures.Future  # of (messages, requests) sent by one chunk
-
-
-class _Sender:
-    """Sends message groups with bounded concurrency and per-queue order, in one task."""
-
-    def __init__(self, options: SinkOptions):
-        self.options = options
-        self.producer = sync.Producer(options.producer_group, options.namesrv_addr,
-                                      send_timeout_ms=options.send_timeout_ms)
-        self.producer.start()
-        self.pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=options.max_in_flight_requests, thread_name_prefix="tidemq-sink")
-        self.in_flight: collections.deque[_Sent] = collections.deque()
-        self.last_for_queue: dict[MessageQueue, _Sent] = {}
-        self.queues: dict[str, list[MessageQueue]] = {}
-        self.messages = 0
-        self.requests = 0
-
-    def __enter__(self) -> _Sender:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for future in self.in_flight:
-            future.cancel()
-        self.pool.shutdown(wait=True)
-        self.producer.close()
-
-    def submit(self, messages: list[Message], routes: Sequence[Route]) -> None:
-        """Queue ``messages`` for sending (grouped by topic and queue, in row order)."""
-        groups: dict[tuple[str, MessageQueue | None], list[Message]] = {}
-        for message, route in zip(messages, routes, strict=True):
-            queue = None if route is None else self._queue_for(message.topic, route)
-            groups.setdefault((message.topic, queue), []).append(message)
-        size = self.options.send_batch_size
-        for (_, queue), group in groups.items():
-            for first in range(0, len(group), size):
-                self._send(group[first:first + size], queue)
-
-    def _send(self, chunk: list[Message], queue: MessageQueue | None) -> None:
-        previous = self.last_for_queue.get(queue) if queue is not None else None
-        future = self.pool.submit(self._send_chunk, chunk, queue, previous)
-        if queue is not None:
-            self.last_for_queue[queue] = future
-        self.in_flight.append(future)
-        # Bound what waits in memory: at most twice the requests that can be in flight.
-        while len(self.in_flight) > 2 * self.options.max_in_flight_requests:
-            self._settle(self.in_flight.popleft())
-
-    def _send_chunk(self, chunk: list[Message], queue: MessageQueue | None,
-                    previous: _Sent | None) -> tuple[int, int]:
-        if previous is not None:
-            previous.result()  # same queue: keep row order (raises if it failed)
-        results = self.producer.send_batch(chunk, queue=queue) if queue is not None \
-            else self.producer.send_batch(chunk)
-        return len(chunk), len(results)
-
-    def _settle(self, future: _Sent) -> None:
-        messages, requests = future.result()
-        self.messages += messages
-        self.requests += requests
-
-    def finish(self) -> SinkCommitMessage:
-        """Wait for every request; the task's report."""
-        while self.in_flight:
-            self._settle(self.in_flight.popleft())
-        return SinkCommitMessage(messages=self.messages, requests=self.requests)
-
-    def _queue_for(self, topic: str, route: str | tuple[str | None, int]) -> MessageQueue:
-        queues = self.queues.get(topic)
-        if queues is None:
-            queues = self.queues[topic] = sorted(self.producer.queues(topic))
-        if isinstance(route, str):
-            return select_by_sharding_key(queues, route)
-        broker_name, queue_id = route
-        for queue in queues:
-            if queue.queue_id == queue_id and broker_name in (None, queue.broker_name):
-                return queue
-        raise InvalidSinkInput(
-            f"topic {topic!r} has no writable queue {queue_id}"
-            + (f" on broker {broker_name!r}" if broker_name else "")
-            + "; its queues: " + ", ".join(f"{q.broker_name}:{q.queue_id}" for q in queues)
-        )
+        if batch_write:
+            return ExactlyOnceDelivery.for_batch_write(options)
+        return ExactlyOnceDelivery(options)
+    return AtLeastOnceDelivery()
 
 
 class TidemqBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("tidemq")``: each task sends its rows (at least once).
+    """``df.write.format("tidemq")``: each task sends its rows (at least once, or with
+    ``exactlyOnce=true`` all rows become visible together when the job commits).
 
     Args:
         options: validated sink options.
@@ -209,9 +144,9 @@ class TidemqBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: SinkOptions, schema: StructType):
         self.options = options
         self.layout = sink_layout(schema, options)
-        self.delivery = DELIVERIES[options.delivery_guarantee]()
+        self.delivery = make_delivery(options, batch_write=True)
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Send this task's rows; returns when all are stored."""
         return self.delivery.send(self.options, self.layout, iterator)
 
@@ -220,7 +155,7 @@ class TidemqBatchWriter(DataSourceArrowWriter):
         self.delivery.commit(messages, None)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """A task failed; what was stored stays stored."""
+        """A task failed: at least once keeps what was stored; exactly once rolls it back."""
         self.delivery.abort(messages, None)
 
 
@@ -230,9 +165,9 @@ class TidemqStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions, schema: StructType):
         self.options = options
         self.layout = sink_layout(schema, options)
-        self.delivery = DELIVERIES[options.delivery_guarantee]()
+        self.delivery = make_delivery(options, batch_write=False)
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Send this task's rows; returns when all are stored."""
         return self.delivery.send(self.options, self.layout, iterator)
 

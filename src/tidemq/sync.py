@@ -36,6 +36,7 @@ from tidemq.client import admin as _admin
 from tidemq.client import producer as _producer
 from tidemq.client import pull_consumer as _pull_consumer
 from tidemq.client import push_consumer as _push_consumer
+from tidemq.client.admin_consumers import ConsumerRunningInfo
 from tidemq.client.consume_service import PushStats
 from tidemq.client.listener import ConsumeResult, Listener, MessageModel
 from tidemq.client.message import (
@@ -57,6 +58,8 @@ __all__ = [
     "Admin",
     "ConsumeFrom",
     "ConsumeResult",
+    "EncodedBatchSender",  # noqa: F822 (provided by __getattr__ below)
+    "ExactlyOnceClient",  # noqa: F822 (provided by __getattr__ below)
     "Message",
     "MessageExt",
     "MessageModel",
@@ -80,6 +83,10 @@ def __getattr__(name: str) -> Any:
         from tidemq.client.transaction_sync import TransactionProducer
 
         return TransactionProducer
+    if name in ("EncodedBatchSender", "ExactlyOnceClient"):
+        from tidemq.client import exactly_once_sync
+
+        return getattr(exactly_once_sync, name)
     raise AttributeError(f"module 'tidemq.sync' has no attribute {name!r}")
 
 
@@ -346,6 +353,14 @@ class PushConsumer(_Twin):
         """Re-share the group's queues now."""
         self._run(self._async.rebalance())
 
+    def consumer_offsets(self, topic: str) -> dict[MessageQueue, int]:
+        """This consumer's current offset of each owned queue of ``topic``."""
+        return self._plain(self._async.consumer_offsets, topic)
+
+    def reset_offsets(self, offsets: Mapping[MessageQueue, int]) -> None:
+        """Move owned queues to ``offsets`` (``PushConsumer.reset_offsets``)."""
+        self._run(self._async.reset_offsets(offsets))
+
     shutdown = _Twin.close
 
 
@@ -412,10 +427,21 @@ class Admin(_Twin):
         """A group's committed offset of a queue (``Admin.committed_offset``)."""
         return self._run(self._async.committed_offset(group, queue))
 
-    def reset_offset_by_time(self, group: str, topic: str,
-                             timestamp_ms: int) -> dict[MessageQueue, int]:
+    def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int, *,
+                             force: bool = True) -> dict[MessageQueue, int]:
         """Move a group's offsets to a time (``Admin.reset_offset_by_time``)."""
-        return self._run(self._async.reset_offset_by_time(group, topic, timestamp_ms))
+        return self._run(self._async.reset_offset_by_time(group, topic, timestamp_ms,
+                                                          force=force))
+
+    def consumer_running_info(self, group: str, client_id: str, *, jstack: bool = False
+                              ) -> ConsumerRunningInfo:
+        """What a live consumer reports about itself (``Admin.consumer_running_info``)."""
+        return self._run(self._async.consumer_running_info(group, client_id, jstack=jstack))
+
+    def consumer_status(self, group: str, topic: str, client_id: str | None = None
+                        ) -> dict[str, dict[MessageQueue, int]]:
+        """Each live consumer's own offsets of a topic (``Admin.consumer_status``)."""
+        return self._run(self._async.consumer_status(group, topic, client_id))
 
     def update_subscription_group(self, group: str, **options: Any) -> list[str]:
         """Create or update a consumer group's config."""

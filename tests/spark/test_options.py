@@ -7,6 +7,7 @@ import pytest
 from pyspark_tidemq import InvalidOption
 from pyspark_tidemq.options import (
     DEFAULT_READER_GROUP,
+    DeliveryGuarantee,
     OffsetKind,
     parse_sink_options,
     parse_source_options,
@@ -107,12 +108,29 @@ def test_sink_options():
     options = parse_sink_options({"namesrvAddr": "h:1", "topic": "Out", "sendBatchSize": "10"})
 
     assert options.topic == "Out" and options.send_batch_size == 10
+    assert options.delivery_guarantee is DeliveryGuarantee.AT_LEAST_ONCE
+
+
+@pytest.mark.parametrize("given", [
+    {"exactlyOnce": "true"},
+    {"deliveryGuarantee": "exactlyOnce"},
+    {"exactlyOnce": "TRUE", "deliveryGuarantee": "exactlyonce"},
+])
+def test_exactly_once_is_chosen_by_either_option(given):
+    options = parse_sink_options({"namesrvAddr": "h:1", **given, "exactlyOnce.timeoutMs": "5000"})
+
+    assert options.delivery_guarantee is DeliveryGuarantee.EXACTLY_ONCE
+    assert options.exactly_once_timeout_ms == 5000
 
 
 @pytest.mark.parametrize(("options", "message"), [
     ({"topic": "Out"}, "namesrvAddr is required"),
     ({"namesrvAddr": "h:1", "topic": "no spaces"}, "option topic: topic name"),
-    ({"namesrvAddr": "h:1", "deliveryGuarantee": "exactlyOnce"}, "only atLeastOnce"),
+    ({"namesrvAddr": "h:1", "deliveryGuarantee": "twice"}, "atLeastOnce or exactlyOnce"),
+    ({"namesrvAddr": "h:1", "exactlyOnce": "yes"}, "exactlyOnce='yes': expected true or false"),
+    ({"namesrvAddr": "h:1", "exactlyOnce": "false", "deliveryGuarantee": "exactlyOnce"},
+     "contradict"),
+    ({"namesrvAddr": "h:1", "exactlyOnce.timeoutMs": "10"}, "exactlyOnce.timeoutMs='10'"),
     ({"namesrvAddr": "h:1", "maxInFlightRequests": "0"}, "maxInFlightRequests='0'"),
     ({"namesrvAddr": "h:1", "subscribe": "x"}, "unknown option(s) subscribe"),
 ])

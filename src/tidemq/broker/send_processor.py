@@ -27,12 +27,20 @@ a transactional one (TRAN_MSG) is stored as a half until its producer ends it
 half queue, as RocketMQ's does.
 
 A batch body (§6.5) becomes one ``put_messages`` call: each entry gets the batch-level
-properties (header ``i``) and CLUSTER appended; batches cannot be delayed, transactional or
-sent to a retry topic (MESSAGE_ILLEGAL).
+properties (header ``i``) and CLUSTER appended; batches cannot be delayed or sent to a retry
+topic (MESSAGE_ILLEGAL). A batch whose batch-level properties say TRAN_MSG=true (a tidemq
+extension, sent by the exactly-once Spark sink) is stored as half messages in one put by
+``transaction_service.prepare_batch``; the transactional sysflag without TRAN_MSG is refused.
 
 Under SYNC_FLUSH the response waits for the store's durable future (group commit), at most
 ``syncFlushTimeout``; past it the answer is FLUSH_DISK_TIMEOUT (10), which clients count as
 stored. Everything runs on the event loop; the store call itself is a quick mmap write.
+
+Sends that arrive in one read (a producer with many in flight) are served by ``handle_group``:
+each is checked and shaped as above, then the single messages go to the store together
+(``put_message_group``: one append for all of them, each queue in arrival order) and each
+gets the response ``handle`` would have given. A batch request among them is stored in its
+place in the order.
 """
 
 from __future__ import annotations
@@ -72,11 +80,13 @@ from tidemq.protocol.message import (
     SYSFLAG_MULTI_TAGS,
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
-    decode_batch_body,
+    BatchColumns,
+    decode_batch_columns,
     decode_properties,
 )
 from tidemq.protocol.msgid import new_unique_key
-from tidemq.store.interface import PutResult, PutStatus, StoreMessage
+from tidemq.store.batch_properties import merge_batch_properties
+from tidemq.store.interface import MessageBatch, PutResult, PutStatus, StoreMessage
 
 if TYPE_CHECKING:
     from tidemq.broker.controller import BrokerController
@@ -106,6 +116,16 @@ class _Stored(NamedTuple):
     result: PutResult
     wait: bool  # the producer asked to be answered only once the message is durable
     queue_id: int
+
+
+class _Single(NamedTuple):
+    """A single send checked and shaped, waiting to be stored with the others of its read."""
+
+    message: StoreMessage
+    wait: bool
+    queue_id: int  # the producer's queue, answered even when the message is delayed
+    body_bytes: int
+    position: int  # of its request among those served together
 
 
 class SendRefused(Exception):
@@ -155,15 +175,11 @@ class SendMessageProcessor:
             RequestCode.SEND_MESSAGE_V2,
             RequestCode.SEND_BATCH_MESSAGE,
         ):
-            server.register(code, self.handle)
+            server.register(code, self.handle, group_handler=self.handle_group)
 
     async def handle(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         """Answer one send request (single or batch). Never raises for bad input."""
-        broker = self._broker
-        ext_fields = {
-            PROPERTY_MSG_REGION: broker.config.region_id,
-            PROPERTY_TRACE_SWITCH: "true" if broker.config.trace_on else "false",
-        }
+        ext_fields = self._response_fields()
         try:
             header = SendMessageRequestHeader.from_ext_fields(request.ext_fields, request.code)
             is_batch = request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
@@ -178,6 +194,46 @@ class SendMessageProcessor:
         except SendRefused as refused:
             return RemotingCommand.response_to(request, refused.code, refused.remark, ext_fields)
         return await self._respond(request, stored, ext_fields)
+
+    async def handle_group(
+        self, requests: list[RemotingCommand], connection: Connection
+    ) -> list[RemotingCommand | None]:
+        """Answer send requests that arrived together, in order: the responses ``handle``
+        would give one by one, with the single messages stored in one append (module
+        docstring). Never raises for bad input."""
+        outcomes: list[_Stored | RemotingCommand | None] = []
+        singles: list[_Single] = []
+        for request in requests:
+            try:
+                header = SendMessageRequestHeader.from_ext_fields(request.ext_fields, request.code)
+                if request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
+                    self._put_singles(singles, outcomes)  # the batch keeps its place in order
+                    outcomes.append(self._put_batch(header, request, connection))
+                else:
+                    singles.append(self._prepare_single(header, request, connection, len(outcomes)))
+                    outcomes.append(None)
+            except HeaderFieldError as exc:
+                outcomes.append(RemotingCommand.response_to(
+                    request, ResponseCode.SYSTEM_ERROR, str(exc), self._response_fields()
+                ))
+            except SendRefused as refused:
+                outcomes.append(RemotingCommand.response_to(
+                    request, refused.code, refused.remark, self._response_fields()
+                ))
+        self._put_singles(singles, outcomes)
+        responses: list[RemotingCommand | None] = []
+        for request, outcome in zip(requests, outcomes, strict=True):
+            if isinstance(outcome, _Stored):
+                outcome = await self._respond(request, outcome, self._response_fields())
+            responses.append(outcome)
+        return responses
+
+    def _response_fields(self) -> dict[str, str]:
+        config = self._broker.config
+        return {
+            PROPERTY_MSG_REGION: config.region_id,
+            PROPERTY_TRACE_SWITCH: "true" if config.trace_on else "false",
+        }
 
     # -- checks ----------------------------------------------------------------------------
 
@@ -288,6 +344,42 @@ class SendMessageProcessor:
     def _put_single(
         self, header: SendMessageRequestHeader, request: RemotingCommand, connection: Connection
     ) -> _Stored:
+        single = self._prepare_single(header, request, connection, 0)
+        started = time.monotonic()
+        result = self._broker.store.put_message(single.message)
+        self._count(result, single.body_bytes, started)
+        return _Stored(result, single.wait, single.queue_id)
+
+    def _put_singles(
+        self, singles: list[_Single], outcomes: list[_Stored | RemotingCommand | None]
+    ) -> None:
+        """Store the prepared single messages in one group; fill in their outcomes."""
+        if not singles:
+            return
+        started = time.monotonic()
+        results = self._broker.store.put_message_group([single.message for single in singles])
+        elapsed_ms = int((time.monotonic() - started) * 1000)
+        stats = self._broker.stats
+        for single, result in zip(singles, results, strict=True):
+            if result.status is PutStatus.PUT_OK:
+                stats.record_put(1, single.body_bytes, elapsed_ms)
+            else:
+                stats.record_put_failure()
+            outcomes[single.position] = _Stored(result, single.wait, single.queue_id)
+        singles.clear()
+
+    def _prepare_single(
+        self,
+        header: SendMessageRequestHeader,
+        request: RemotingCommand,
+        connection: Connection,
+        position: int,
+    ) -> _Single:
+        """Check one single send and shape its message for storing (module docstring).
+
+        Raises:
+            SendRefused: a check failed.
+        """
         broker = self._broker
         body = request.body or b""
         topic_config = self._check(header, len(body), connection)
@@ -318,10 +410,8 @@ class SendMessageProcessor:
             reconsume_times=reconsume_times,
         )
         message = redirect_special_delivery(message, broker)
-        started = time.monotonic()
-        result = broker.store.put_message(message)
-        self._count(result, len(body), started)
-        return _Stored(result, wait, queue_id)  # the producer's queue, even when delayed
+        # The response names the producer's queue, even when the message is delayed.
+        return _Single(message, wait, queue_id, len(body), position)
 
     def _retry_or_dead_letter(
         self,
@@ -375,22 +465,19 @@ class SendMessageProcessor:
                 f"batch sends to retry topic {topic} are not supported; send them one by one",
             )
         batch_properties = decode_properties(header.properties) if header.properties else {}
-        if header.sys_flag & SYSFLAG_TRANSACTION_MASK != TRANSACTION_NOT_TYPE or _is_true(
+        # A transactional batch (the exactly-once Spark sink's) is stored as half messages in
+        # one put by the transaction service (broker/transaction/exactly_once.py).
+        prepared = header.sys_flag & SYSFLAG_TRANSACTION_MASK != TRANSACTION_NOT_TYPE or _is_true(
             batch_properties.get(PROPERTY_TRANSACTION_PREPARED)
-        ):
-            raise SendRefused(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"batch to topic {topic} is transactional; transactional messages cannot be "
-                "batched, send them one by one",
-            )
+        )
         topic_config = self._check(header, len(body), connection)
         try:
-            entries = decode_batch_body(body)
+            columns = decode_batch_columns(body)
         except RemoteProtocolError as exc:
             raise SendRefused(
                 ResponseCode.MESSAGE_ILLEGAL, f"batch body for topic {topic} is malformed: {exc}"
             ) from None
-        if not entries:
+        if not columns.bodies:
             raise SendRefused(
                 ResponseCode.MESSAGE_ILLEGAL, f"batch for topic {topic} holds no messages"
             )
@@ -403,42 +490,27 @@ class SendMessageProcessor:
         born_host = connection.remote_address
         born_timestamp = header.born_timestamp
         reconsume_times = header.reconsume_times or 0
-        # The per-message loop of the hottest path: locals only, one dict per message (the
-        # store needs the properties as a dict for tag codes and index keys anyway).
-        messages: list[StoreMessage] = []
-        append = messages.append
-        decode = decode_properties
-        wait_key = PROPERTY_WAIT_STORE_MSG_OK
-        delay_key = PROPERTY_DELAY_TIME_LEVEL
-        unique_key = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
-        for entry in entries:
-            text = entry.properties
-            if text:
-                properties = decode(text)
-                properties.pop(wait_key, None)
-                if delay_key in properties:
-                    _refuse_delayed_batch(topic, properties[delay_key])
-                properties.update(batch_properties)
-            else:
-                properties = dict(batch_properties)
-            if unique_key not in properties:
-                properties[unique_key] = new_unique_key()
-            append(
-                StoreMessage(
-                    topic,
-                    queue_id,
-                    entry.body,
-                    properties,
-                    entry.flag,
-                    sysflag,
-                    born_timestamp,
-                    born_host,
-                    reconsume_times,
-                )
+        # The hottest path: the entries' properties merged with the batch's column by column
+        # (store/batch_properties.py), else with a dict per message; the same stored bytes.
+        merged = None if prepared else merge_batch_properties(
+            columns.properties, batch_properties, new_unique_key
+        )
+        if merged is None:
+            messages = _batch_messages(
+                topic, queue_id, columns, batch_properties, sysflag, born_timestamp, born_host,
+                reconsume_times,
             )
-        body_bytes = sum(len(entry.body) for entry in entries)
+        body_bytes = sum(map(len, columns.bodies))
         started = time.monotonic()
-        result = broker.store.put_messages(messages)
+        if prepared:
+            result = broker.transaction_service.prepare_batch(messages)
+        elif merged is None:
+            result = broker.store.put_messages(messages)
+        else:
+            result = broker.store.put_batch(MessageBatch(
+                topic, queue_id, columns.bodies, merged.properties, columns.flags, merged.tags,
+                merged.keys, sysflag, born_timestamp, born_host, reconsume_times,
+            ))
         self._count(result, body_bytes, started)
         return _Stored(result, wait, queue_id)
 
@@ -485,6 +557,45 @@ class SendMessageProcessor:
             )
         except TimeoutError:
             return PutStatus.FLUSH_DISK_TIMEOUT
+
+
+def _batch_messages(
+    topic: str,
+    queue_id: int,
+    columns: BatchColumns,
+    batch_properties: dict[str, str],
+    sysflag: int,
+    born_timestamp: int,
+    born_host: str,
+    reconsume_times: int,
+) -> list[StoreMessage]:
+    """A batch's messages with a dict of properties each: the entry's less WAIT, updated
+    with the batch's, a UNIQ_KEY added when missing (the general path of ``_put_batch``).
+
+    Raises:
+        SendRefused: an entry has a delay level.
+    """
+    messages: list[StoreMessage] = []
+    append = messages.append
+    wait_key = PROPERTY_WAIT_STORE_MSG_OK
+    delay_key = PROPERTY_DELAY_TIME_LEVEL
+    unique_key = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+    for body, raw, flag in zip(columns.bodies, columns.properties, columns.flags, strict=True):
+        if raw:
+            properties = decode_properties(str(raw, "utf-8", "replace"))
+            properties.pop(wait_key, None)
+            if delay_key in properties:
+                _refuse_delayed_batch(topic, properties[delay_key])
+            properties.update(batch_properties)
+        else:
+            properties = dict(batch_properties)
+        if unique_key not in properties:
+            properties[unique_key] = new_unique_key()
+        append(StoreMessage(
+            topic, queue_id, body, properties, flag, sysflag, born_timestamp, born_host,
+            reconsume_times,
+        ))
+    return messages
 
 
 def _refuse_delayed_batch(topic: str, delay: str) -> None:

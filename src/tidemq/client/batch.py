@@ -1,7 +1,7 @@
 """Turning a list of messages into SEND_BATCH_MESSAGE request bodies.
 
 A batch travels as one request whose body is the concatenation of short entries of
-protocol-notes §6.5 (encoded by ``tidemq.protocol.message.encode_batch_body``)::
+protocol-notes §6.5 (the bytes ``tidemq.protocol.message.encode_batch_body`` writes)::
 
     TOTALSIZE int32 | MAGICCODE int32 (0) | BODYCRC int32 (0) | FLAG int32 | BODYLENGTH int32 |
     BODY | PROPERTIESLENGTH int16 | PROPERTIES          (TOTALSIZE = 22 + body + properties)
@@ -18,23 +18,28 @@ compressed.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tidemq.client.errors import InvalidMessage
 from tidemq.client.message import Message, check_properties_size, validate_message
 from tidemq.errors import MessageTooLarge
-from tidemq.limits import MESSAGE_BODY_SIZE_MAX
+from tidemq.limits import MESSAGE_BODY_SIZE_MAX, PROPERTIES_SIZE_MAX
 from tidemq.protocol.message import (
     BATCH_ENTRY_FIXED_SIZE,
+    NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    BatchEntry,
-    encode_batch_body,
     encode_properties,
 )
 
 RETRY_TOPIC_PREFIX = "%RETRY%"
+
+# The entry layout of the module docstring (the same as encode_batch_body writes).
+_BATCH_ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE MAGICCODE BODYCRC FLAG BODYLENGTH
+_PROPERTIES_LENGTH = struct.Struct(">h")
+_UNIQUE_KEY_PREFIX = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + NAME_VALUE_SEPARATOR
 
 
 @dataclass(slots=True)
@@ -99,33 +104,50 @@ def split_batch(
         MessageTooLarge: one message's entry alone is over ``max_message_size``, or its
             properties exceed 32767 bytes.
     """
+    # One pass: each entry's head, body, length and properties go straight into the chunk's
+    # parts (no intermediate entry objects); one join per chunk.
     chunks: list[BatchChunk] = []
-    entries: list[BatchEntry] = []
+    parts: list[bytes] = []
     keys: list[str] = []
     chunk_size = 0
+    pack_head = _BATCH_ENTRY_HEAD.pack
+    pack_int16 = _PROPERTIES_LENGTH.pack
     for message in messages:
         properties = message.properties
-        key = properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        if key is None:
+        if not properties:
+            # The common case (no tags, keys or user properties): only the new UNIQ_KEY.
             key = new_unique_key()
             properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = key
-        text = encode_properties(properties)
-        # ASCII is the common case; only then is len(text) the encoded size.
-        properties_size = len(text) if text.isascii() else len(text.encode("utf-8"))
-        if properties_size > 32767:
-            check_properties_size(message.topic, text)
-        entry_size = BATCH_ENTRY_FIXED_SIZE + len(message.body) + properties_size
+            encoded = (_UNIQUE_KEY_PREFIX + key).encode("ascii")
+        else:
+            key = properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if key is None:
+                key = new_unique_key()
+                properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = key
+            text = encode_properties(properties)
+            encoded = text.encode("utf-8")
+            if len(encoded) > PROPERTIES_SIZE_MAX:
+                check_properties_size(message.topic, text)
+        body = message.body
+        body_length = len(body)
+        properties_size = len(encoded)
+        entry_size = BATCH_ENTRY_FIXED_SIZE + body_length + properties_size
         if entry_size > max_message_size:
             raise MessageTooLarge(
                 f"a batch message to {message.topic!r} encodes to {entry_size} bytes, over "
                 f"max_message_size={max_message_size}; send it on its own or make it smaller"
             )
-        if chunk_size + entry_size > max_message_size and entries:
-            chunks.append(BatchChunk(encode_batch_body(entries), keys))
-            entries, keys, chunk_size = [], [], 0
-        entries.append(BatchEntry(message.body, text, message.flag))
+        if chunk_size + entry_size > max_message_size and keys:
+            chunks.append(BatchChunk(b"".join(parts), keys))
+            parts, keys, chunk_size = [], [], 0
+        parts += (
+            pack_head(entry_size, 0, 0, message.flag, body_length),
+            body,
+            pack_int16(properties_size),
+            encoded,
+        )
         keys.append(key)
         chunk_size += entry_size
-    if entries:
-        chunks.append(BatchChunk(encode_batch_body(entries), keys))
+    if keys:
+        chunks.append(BatchChunk(b"".join(parts), keys))
     return chunks

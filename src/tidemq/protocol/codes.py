@@ -143,6 +143,12 @@ class RequestCode(IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
+    # tidemq extensions: the exactly-once Spark sink's commit and abort of one batch's half
+    # messages on one broker (broker/transaction/exactly_once.py documents header and body).
+    # RocketMQ 4.x/5.x use no request code between 5002 and 200049; the ROCKETMQ binary
+    # header holds a code in an int16, so ours stay below 32768.
+    EOS_COMMIT_BATCH = 30001
+    EOS_ABORT_BATCH = 30002
 
 
 class ResponseCode(IntEnum):
@@ -185,6 +191,10 @@ class ResponseCode(IntEnum):
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215
+    # tidemq extension (a number RocketMQ does not use, within int16): an exactly-once batch
+    # cannot commit (its half messages are missing, ended, or not the writer's); the remark
+    # says which and what to do.
+    EOS_BATCH_INCOMPLETE = 30100
 
 
 def request_code_name(code: int) -> str:

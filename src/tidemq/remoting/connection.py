@@ -337,6 +337,7 @@ class Connection(asyncio.Protocol):
                 )
                 self.abort(f"malformed frame: {exc}")
             return
+        ready: list[RemotingCommand] | None = None  # requests to serve, handed over together
         for command in commands:
             if command.flag & FLAG_RESPONSE:
                 future = self._pending.pop(command.opaque, None)
@@ -352,11 +353,17 @@ class Connection(asyncio.Protocol):
                 pass
             elif self._in_flight < self._max_in_flight and not self._backlog:
                 self._in_flight += 1
-                self._dispatcher.dispatch(command, self)
+                if ready is None:
+                    ready = [command]
+                else:
+                    ready.append(command)
             else:
                 # Over the limit: keep what this read brought (bounded by one read) and stop
                 # reading until handlers finish.
                 self._backlog.append(command)
+        if ready is not None:
+            # Together, so that a code with a group handler serves them in one call.
+            self._dispatcher.dispatch_many(ready, self)
         if self._backlog or self._in_flight >= self._max_in_flight:
             self._update_reading()
 

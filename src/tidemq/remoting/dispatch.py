@@ -9,6 +9,12 @@ processor contract), so handlers may build responses either with
 handler has answered, or will answer later, with ``connection.send_response`` (RocketMQ's
 suspended pull); for a oneway request nothing is ever sent.
 
+A code may also have a *group handler*, ``async def group_handler(requests, connection) ->
+list[RemotingCommand | None]``: the requests of that code one read brought (``dispatch_many``)
+are served by one call, in their order, one response per request. A broker appends single
+sends that arrived together in one pass this way (one task, one store append), where a task
+per request cost more than the send itself. A lone request still goes to ``handler``.
+
 Outcomes the peer sees (protocol-notes §1.5):
 
 - no handler for the code and no default: REQUEST_CODE_NOT_SUPPORTED (3), remark
@@ -38,23 +44,65 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidemq.remoting")
 
 Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
+GroupHandler = Callable[
+    [list[RemotingCommand], "Connection"], Awaitable[list[RemotingCommand | None]]
+]
 
 # RocketMQ's broker queues at most 10,000 sends (sendThreadPoolQueueCapacity) before it
 # answers SYSTEM_BUSY; the same bound suits any one handler here.
 MAX_PENDING_PER_HANDLER = 10_000
+
+# Requests one group handler call serves at most (and body bytes, past which a group takes
+# no more requests); a read holding more is served in several calls, each answered and its
+# responses written before the next starts. Without the split a producer's whole window went
+# back and forth as one block, and broker and producer took turns instead of working at the
+# same time: single sends of 1 KiB with 64 in flight ran at 23k msg/s as one group, 45-49k in
+# groups of 32, 38-40k in groups of 16-24 (2 cores, both on one host). 32 requests still
+# amortize the store append (about 6 us per message against 18 for one at a time).
+GROUP_REQUESTS_MAX = 32
+GROUP_BODY_BYTES_MAX = 32 * 1024
 
 # A SYSTEM_ERROR remark is for a human reading a client log, not a traceback dump.
 ERROR_REMARK_LENGTH_MAX = 512
 
 
 class _Route:
-    __slots__ = ("code", "handler", "max_pending", "pending")
+    __slots__ = ("code", "group_handler", "handler", "max_pending", "pending")
 
-    def __init__(self, code: int | None, handler: Handler, max_pending: int) -> None:
+    def __init__(
+        self,
+        code: int | None,
+        handler: Handler,
+        max_pending: int,
+        group_handler: GroupHandler | None = None,
+    ) -> None:
         self.code = code
         self.handler = handler
+        self.group_handler = group_handler
         self.max_pending = max_pending
         self.pending = 0
+
+
+class _Group:
+    """Requests of one code from one read, served by one group handler call."""
+
+    __slots__ = ("body_bytes", "requests", "route")
+
+    def __init__(self, route: _Route) -> None:
+        self.route = route
+        self.requests: list[RemotingCommand] = []
+        self.body_bytes = 0
+
+    @property
+    def full(self) -> bool:
+        return (
+            len(self.requests) >= GROUP_REQUESTS_MAX or self.body_bytes >= GROUP_BODY_BYTES_MAX
+        )
+
+    def add(self, request: RemotingCommand) -> None:
+        self.requests.append(request)
+        if request.body:
+            self.body_bytes += len(request.body)
 
 
 class RequestDispatcher:
@@ -70,17 +118,29 @@ class RequestDispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def register(
-        self, code: int, handler: Handler, *, max_pending: int = MAX_PENDING_PER_HANDLER
+        self,
+        code: int,
+        handler: Handler,
+        *,
+        max_pending: int = MAX_PENDING_PER_HANDLER,
+        group_handler: GroupHandler | None = None,
     ) -> None:
         """Serve requests with ``code`` by ``handler``, at most ``max_pending`` at once.
 
         Registering a code again replaces its handler (and resets its pending count for new
         requests; those already running finish under the old route).
 
+        Args:
+            group_handler: serves several requests of ``code`` from one read in one call
+                (module docstring); it must answer exactly as ``handler`` would, request by
+                request, and return one response (or None) per request, in order.
+
         Raises:
             ValueError: ``max_pending`` is below 1.
         """
-        self._routes[int(code)] = _Route(int(code), handler, _checked_max_pending(max_pending))
+        self._routes[int(code)] = _Route(
+            int(code), handler, _checked_max_pending(max_pending), group_handler
+        )
 
     def register_default(
         self, handler: Handler, *, max_pending: int = MAX_PENDING_PER_HANDLER
@@ -112,6 +172,40 @@ class RequestDispatcher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def dispatch_many(self, requests: list[RemotingCommand], connection: Connection) -> None:
+        """Serve requests that arrived together from ``connection``, in order; calls
+        ``connection._request_done`` once per request.
+
+        Requests of a code with a group handler are served by one call of it (past the
+        route's ``max_pending``, the rest are refused SYSTEM_BUSY as ``dispatch`` does);
+        every other request as by ``dispatch``.
+        """
+        if len(requests) == 1:
+            self.dispatch(requests[0], connection)
+            return
+        groups: list[_Group] = []
+        open_groups: dict[int, _Group] = {}  # by request code: the group taking requests
+        routes = self._routes
+        for request in requests:
+            route = routes.get(request.code)
+            if route is None or route.group_handler is None or request.flag & FLAG_ONEWAY:
+                self.dispatch(request, connection)
+                continue
+            if route.pending >= route.max_pending:
+                _refuse(request, connection, ResponseCode.SYSTEM_BUSY, _busy_remark(request, route))
+                continue
+            route.pending += 1
+            group = open_groups.get(request.code)
+            if group is None or group.full:
+                group = open_groups[request.code] = _Group(route)
+                groups.append(group)
+            group.add(request)
+        loop = connection._loop
+        for group in groups:  # in order: tasks start in the order they are created
+            task = loop.create_task(_serve_group(group.route, group.requests, connection))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
     async def wait_idle(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for every running handler to finish.
 
@@ -140,36 +234,74 @@ async def _serve(route: _Route, request: RemotingCommand, connection: Connection
                 "handler for %s from %s failed", request.describe(), connection.remote_address
             )
             response = RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=describe_exception(exc))
-        if response is None:
-            return
-        if request.flag & FLAG_ONEWAY:
-            log.debug(
-                "handler answered oneway %s from %s; response dropped",
-                request.describe(),
-                connection.remote_address,
-            )
-            return
-        response.opaque = request.opaque
-        response.flag |= FLAG_RESPONSE
-        response.serialize_type = request.serialize_type
-        try:
-            connection.send_response(response)
-        except Exception as exc:  # the response cannot be encoded: say so instead
-            log.exception(
-                "response to %s for %s cannot be sent",
-                request.describe(),
-                connection.remote_address,
-            )
-            connection.send_response(
-                RemotingCommand.response_to(
-                    request,
-                    ResponseCode.SYSTEM_ERROR,
-                    remark=f"response cannot be encoded: {describe_exception(exc)}",
-                )
-            )
+        if response is not None:
+            _answer(request, response, connection)
     finally:
         route.pending -= 1
         connection._request_done()
+
+
+async def _serve_group(
+    route: _Route, requests: list[RemotingCommand], connection: Connection
+) -> None:
+    try:
+        try:
+            responses = await route.group_handler(requests, connection)  # type: ignore[misc]
+            if len(responses) != len(requests):
+                raise RuntimeError(
+                    f"group handler answered {len(responses)} responses to {len(requests)} "
+                    "requests"
+                )
+        except Exception as exc:
+            log.exception(
+                "group handler for %d requests (first %s) from %s failed",
+                len(requests),
+                requests[0].describe(),
+                connection.remote_address,
+            )
+            remark = describe_exception(exc)
+            responses = [
+                RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=remark) for _ in requests
+            ]
+        for request, response in zip(requests, responses, strict=True):
+            if response is not None:
+                _answer(request, response, connection)
+        # Out now, not at the end of the loop iteration: the peer works on these responses
+        # while the next group is served (GROUP_REQUESTS_MAX).
+        connection._flush()
+    finally:
+        route.pending -= len(requests)
+        for _ in requests:
+            connection._request_done()
+
+
+def _answer(request: RemotingCommand, response: RemotingCommand, connection: Connection) -> None:
+    """Write ``response`` to ``request`` (RocketMQ's processor contract, module docstring)."""
+    if request.flag & FLAG_ONEWAY:
+        log.debug(
+            "handler answered oneway %s from %s; response dropped",
+            request.describe(),
+            connection.remote_address,
+        )
+        return
+    response.opaque = request.opaque
+    response.flag |= FLAG_RESPONSE
+    response.serialize_type = request.serialize_type
+    try:
+        connection.send_response(response)
+    except Exception as exc:  # the response cannot be encoded: say so instead
+        log.exception(
+            "response to %s for %s cannot be sent",
+            request.describe(),
+            connection.remote_address,
+        )
+        connection.send_response(
+            RemotingCommand.response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"response cannot be encoded: {describe_exception(exc)}",
+            )
+        )
 
 
 def _refuse(request: RemotingCommand, connection: Connection, code: int, remark: str) -> None:

@@ -25,7 +25,12 @@ from tidemq.remoting.connection import (
     ConnectionListener,
     check_limits,
 )
-from tidemq.remoting.dispatch import MAX_PENDING_PER_HANDLER, Handler, RequestDispatcher
+from tidemq.remoting.dispatch import (
+    MAX_PENDING_PER_HANDLER,
+    GroupHandler,
+    Handler,
+    RequestDispatcher,
+)
 from tidemq.remoting.errors import RemotingListenError
 
 log = logging.getLogger("tidemq.remoting")
@@ -84,15 +89,24 @@ class RemotingServer:
         self.connection_listeners: list[ConnectionListener] = []
 
     def register(
-        self, code: int, handler: Handler, *, max_pending: int = MAX_PENDING_PER_HANDLER
+        self,
+        code: int,
+        handler: Handler,
+        *,
+        max_pending: int = MAX_PENDING_PER_HANDLER,
+        group_handler: GroupHandler | None = None,
     ) -> None:
         """Serve requests with ``code`` by ``handler`` (see ``tidemq.remoting.dispatch``).
 
         ``handler(request, connection)`` returns the response, or None when it answers later
         itself with ``connection.send_response``. Over ``max_pending`` requests of this code
-        being handled at once, new ones get SYSTEM_BUSY.
+        being handled at once, new ones get SYSTEM_BUSY. ``group_handler(requests,
+        connection)``, when given, serves the requests of ``code`` that one read brought in
+        one call (one response or None per request, in order).
         """
-        self._dispatcher.register(code, handler, max_pending=max_pending)
+        self._dispatcher.register(
+            code, handler, max_pending=max_pending, group_handler=group_handler
+        )
 
     def register_default(
         self, handler: Handler, *, max_pending: int = MAX_PENDING_PER_HANDLER

@@ -134,7 +134,12 @@ class CommitLog:
     # -- appends --------------------------------------------------------------------------------
 
     def append(
-        self, batch: EncodedBatch, queue_offset: int, queue_offset_step: int, store_timestamp: int
+        self,
+        batch: EncodedBatch,
+        queue_offset: int,
+        queue_offset_step: int,
+        store_timestamp: int,
+        queue_offsets: list[int] | None = None,
     ) -> list[int]:
         """Write the batch's records, patching their offsets (and store time when it differs
         from the one encoded); return each record's physical offset.
@@ -147,6 +152,8 @@ class CommitLog:
             queue_offset: the first record's QUEUEOFFSET.
             queue_offset_step: 1 for queued records, 0 for those without a queue offset
                 (prepared and rollback transaction records keep 0).
+            queue_offsets: each record's QUEUEOFFSET, instead of ``queue_offset`` and the
+                step (a queue group: records of several queues).
 
         Raises:
             StoreFull / StoreError: a new segment could not be created, or the disk failed a
@@ -164,13 +171,17 @@ class CommitLog:
             base = last.file_from_offset + last.write_position
             physical_offsets = list(accumulate(batch.sizes, initial=base))
             physical_offsets.pop()
-            self._patch(batch, physical_offsets, base, queue_offset, queue_offset_step)
+            self._patch(
+                batch, physical_offsets, base, queue_offset, queue_offset_step, queue_offsets
+            )
             if store_timestamp != batch.store_timestamp:
                 self._patch_timestamps(batch, store_timestamp)
             self._write(last, buffer)
         else:
+            if queue_offsets is None:
+                queue_offsets = _queue_offsets(len(batch.sizes), queue_offset, queue_offset_step)
             physical_offsets = self._append_across_segments(
-                batch, last, queue_offset, queue_offset_step, store_timestamp
+                batch, last, queue_offsets, store_timestamp
             )
         self.last_store_timestamp = store_timestamp
         if not self._next_segment_requested:
@@ -179,13 +190,17 @@ class CommitLog:
 
     @staticmethod
     def _patch(
-        batch: EncodedBatch, physical_offsets: list[int], base: int, queue_offset: int, step: int
+        batch: EncodedBatch,
+        physical_offsets: list[int],
+        base: int,
+        queue_offset: int,
+        step: int,
+        queue_offsets: list[int] | None,
     ) -> None:
         # ``base``: the physical offset of the buffer's first byte (when it is one run). One
         # pack_into per record, driven by map so that no Python code runs per record.
-        queue_offsets = (
-            range(queue_offset, queue_offset + len(physical_offsets)) if step else repeat(0)
-        )
+        if queue_offsets is None:
+            queue_offsets = _queue_offsets(len(physical_offsets), queue_offset, step)
         deque(
             map(
                 _pack_offsets_into,
@@ -224,8 +239,7 @@ class CommitLog:
         self,
         batch: EncodedBatch,
         last: MappedFile,
-        queue_offset: int,
-        queue_offset_step: int,
+        queue_offsets: list[int] | range | repeat[int],
         store_timestamp: int,
     ) -> list[int]:
         file_size = self.file_size
@@ -257,17 +271,16 @@ class CommitLog:
         current = 0
         run_start = 0
         buffer_position = 0
-        for index, (size, (segment, position)) in enumerate(zip(batch.sizes, plan, strict=True)):
+        for size, (segment, position), queue_offset in zip(
+            batch.sizes, plan, queue_offsets, strict=False
+        ):
             if segment != current:
                 self._write_run(segments[current], view[run_start:buffer_position], True)
                 current = segment
                 self._start_segment(segments[current])
                 run_start = buffer_position
             physical_offset = segments[segment].file_from_offset + position
-            patch_offsets(
-                buffer, buffer_position, queue_offset + index * queue_offset_step,
-                physical_offset,
-            )
+            patch_offsets(buffer, buffer_position, queue_offset, physical_offset)
             physical_offsets.append(physical_offset)
             buffer_position += size
         self._write_run(segments[current], view[run_start:buffer_position], False)
@@ -392,3 +405,9 @@ class CommitLog:
         self._close_writer()
         self.queue.truncate_dirty(physical_offset)
         self._next_segment_requested = False
+
+
+def _queue_offsets(count: int, queue_offset: int, step: int) -> range | repeat[int]:
+    """QUEUEOFFSET of each of ``count`` records: consecutive from ``queue_offset``, or all 0
+    (``step`` 0: records without a queue offset)."""
+    return range(queue_offset, queue_offset + count) if step else repeat(0)

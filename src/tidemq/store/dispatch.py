@@ -38,7 +38,12 @@ from tidemq.store.record_encoder import (
 
 @dataclass(slots=True)
 class DispatchBatch:
-    """Consecutive records of one queue, as dispatchers need them."""
+    """Consecutive records of one queue, as dispatchers need them.
+
+    A queue group (records of one topic in several queues, appended together) sets
+    ``queue_ids`` and ``queue_offsets``, each record's own; ``queue_id`` and ``queue_offset``
+    are then the first record's.
+    """
 
     topic: str
     queue_id: int
@@ -50,6 +55,8 @@ class DispatchBatch:
     store_timestamp: int
     queued: bool  # gets consume-queue entries
     indexed: bool  # gets index keys
+    queue_ids: list[int] | None = None
+    queue_offsets: list[int] | None = None
 
 
 class Dispatcher(Protocol):
@@ -91,9 +98,35 @@ class ConsumeQueueDispatcher:
         """Append the batch's entries to its queue (skipping those already there)."""
         if not batch.queued:
             return
+        if batch.queue_ids is not None:
+            self._dispatch_group(batch)
+            return
         queue = self.queues.get_or_create(batch.topic, batch.queue_id)
         entries = pack_entries(batch.physical_offsets, batch.sizes, batch.tag_codes)
         queue.put(batch.queue_offset, entries, batch.store_timestamp)
+
+    def _dispatch_group(self, batch: DispatchBatch) -> None:
+        # Split by queue (records keep their order within each), one pack and put per queue.
+        columns: dict[int, tuple[int, list[int], list[int], list[int]]] = {}
+        for queue_id, queue_offset, physical_offset, size, tag_code in zip(
+            batch.queue_ids,  # type: ignore[arg-type]
+            batch.queue_offsets,  # type: ignore[arg-type]
+            batch.physical_offsets,
+            batch.sizes,
+            batch.tag_codes,
+            strict=True,
+        ):
+            column = columns.get(queue_id)
+            if column is None:
+                column = columns[queue_id] = (queue_offset, [], [], [])
+            column[1].append(physical_offset)
+            column[2].append(size)
+            column[3].append(tag_code)
+        get_or_create = self.queues.get_or_create
+        for queue_id, (first_offset, physical_offsets, sizes, tag_codes) in columns.items():
+            queue = get_or_create(batch.topic, queue_id)
+            queue.put(first_offset, pack_entries(physical_offsets, sizes, tag_codes),
+                      batch.store_timestamp)
 
 
 class IndexDispatcher:

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
+
+from tidemq.protocol.message import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 
 
 class PutStatus(enum.Enum):
@@ -73,6 +75,47 @@ class StoreMessage:
     prepared_transaction_offset: int = 0
     tags_code: int | None = None
     properties_text: str | None = None
+
+
+@dataclass(slots=True)
+class MessageBatch:
+    """A batch of one queue in columns, as a broker has it from a SEND_BATCH_MESSAGE body
+    (after its §6.2 shaping): message ``i`` is ``bodies[i]``, ``properties[i]``, ``flags[i]``;
+    the other fields are the batch's.
+
+    ``properties[i]`` is the record's PROPERTIES as stored (UTF-8, well-formed: each
+    ``name\x01value`` once, no empty name or value). ``tags[i]`` and ``keys[i]`` must say
+    what it says: its TAGS (``tags`` is None when no message has TAGS) and its index keys,
+    UNIQ_KEY then each KEYS token; the store takes the tag codes and index keys from them,
+    while recovery and every reader see the stored text.
+    """
+
+    topic: str
+    queue_id: int
+    bodies: list[bytes]
+    properties: list[bytes]
+    flags: list[int]
+    tags: list[str] | None
+    keys: list[Sequence[str]]
+    sysflag: int = 0
+    born_timestamp: int = 0
+    born_host: str = "127.0.0.1:0"
+    reconsume_times: int = 0
+
+    def to_store_messages(self) -> list[StoreMessage]:
+        """The same messages one by one, for the general append path."""
+        messages: list[StoreMessage] = []
+        for body, raw, flag in zip(self.bodies, self.properties, self.flags, strict=True):
+            text = raw.decode("utf-8")
+            properties = dict(
+                piece.split(NAME_VALUE_SEPARATOR, 1) for piece in text.split(PROPERTY_SEPARATOR)
+            ) if text else {}
+            messages.append(StoreMessage(
+                self.topic, self.queue_id, body, properties, flag, self.sysflag,
+                self.born_timestamp, self.born_host, self.reconsume_times,
+                properties_text=text,
+            ))
+        return messages
 
 
 @dataclass(slots=True)
@@ -166,6 +209,22 @@ class MessageStore(abc.ABC):
     @abc.abstractmethod
     def put_messages(self, messages: list[StoreMessage]) -> PutResult:
         """Append a batch (same topic and queue) with consecutive queue offsets in one pass."""
+
+    def put_message_group(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
+        """Append messages that are each their own send (any topics and queues), as if
+        ``put_message`` were called for each in order; one result per message.
+
+        Sends that arrive together are appended in one pass where the store can (one record
+        buffer, one commit-log write, one dispatch); each queue keeps the messages' order,
+        and a message the store refuses gets its own status while the others are stored.
+        This default puts them one by one.
+        """
+        return [self.put_message(message) for message in messages]
+
+    def put_batch(self, batch: MessageBatch) -> PutResult:
+        """Append a batch given in columns (see ``MessageBatch``), as ``put_messages`` would
+        append the same messages. This default goes through ``put_messages``."""
+        return self.put_messages(batch.to_store_messages())
 
     @abc.abstractmethod
     def get_messages(

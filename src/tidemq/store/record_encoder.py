@@ -18,6 +18,10 @@ Two paths, one result (the same bytes, the same errors):
   value that is not a string, a message over a limit) goes one message at a time, and a
   bad message is reported from there. Records with an IPv6 born or store host go through
   ``encode_record`` of the shared codec.
+
+A *queue group* (``mixed_queues=True``) is single sends of one topic that arrived together
+and go to several queues: encoded the same way, with each record's own QUEUEID, and
+``EncodedBatch.queue_ids`` telling the commit log and dispatch which queue each record is in.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from tidemq.protocol.message import (
     tags_code,
 )
 from tidemq.store.config import SCHEDULE_TOPIC
-from tidemq.store.interface import PutStatus, StoreMessage
+from tidemq.store.interface import MessageBatch, PutStatus, StoreMessage
 
 _pack_prefix = RECORD_PREFIX_IPV4.pack  # the 88-byte fixed part, both hosts IPv4
 _pack_int16 = struct.Struct(">h").pack
@@ -77,6 +81,7 @@ _BODY_CRC_MASK = 0x7FFFFFFF
 # cost does not pay (measured, 1 KiB bodies: one by one wins up to 8 messages, columns from
 # 16 on, by 20% at 64).
 _COLUMNS_MESSAGES_MIN = 12
+_QUEUE_ID_MAX = 0x7FFFFFFF  # QUEUEID is an int32
 
 
 class EncodeRejected(Exception):
@@ -106,6 +111,8 @@ class EncodedBatch:
     ``tag_codes[i]`` is None for a delayed message whose delivery time (its tag code) is
     known only once the store time is; ``delay_levels[i]`` then holds its DELAY level.
     ``store_timestamp_positions`` is None when every record has it at 56 (IPv4 born host).
+    ``queue_ids`` is None for a batch of one queue (``queue_id``); for a queue group it holds
+    each record's queue id (``queue_id`` is then the first record's).
     """
 
     topic: str
@@ -118,6 +125,7 @@ class EncodedBatch:
     tag_codes: list[int | None]
     keys: list[list[str]] | None
     delay_levels: list[int] | None
+    queue_ids: list[int] | None = None
 
     @property
     def queued(self) -> bool:
@@ -155,6 +163,7 @@ def encode_messages(
     max_message_size: int,
     segment_size: int,
     with_keys: bool,
+    mixed_queues: bool = False,
 ) -> EncodedBatch:
     """Validate and encode messages of one (topic, queue) into one buffer.
 
@@ -164,6 +173,8 @@ def encode_messages(
         max_message_size: the largest body accepted (``max_message_size``).
         segment_size: a record must fit one commit-log segment.
         with_keys: collect the index keys (UNIQ_KEY and KEYS tokens) of each message.
+        mixed_queues: the messages are a queue group (module docstring): one topic, any
+            queues; the result's ``queue_ids`` lists each record's queue.
 
     Raises:
         EncodeRejected: an empty batch, mixed topics or queues, a bad topic, queue id, host,
@@ -179,13 +190,13 @@ def encode_messages(
     if len(messages) >= _COLUMNS_MESSAGES_MIN and not store_v6 and topic != SCHEDULE_TOPIC:
         batch = _encode_columns(
             messages, topic, queue_id, (store_address, store_port), store_timestamp,
-            max_message_size, segment_size, with_keys,
+            max_message_size, segment_size, with_keys, mixed_queues,
         )
         if batch is not None:
             return batch
     return _encode_one_by_one(
         messages, topic, queue_id, store_host, store_timestamp, max_message_size,
-        segment_size, with_keys,
+        segment_size, with_keys, mixed_queues,
     )
 
 
@@ -198,6 +209,7 @@ def _encode_columns(
     max_message_size: int,
     segment_size: int,
     with_keys: bool,
+    mixed_queues: bool,
 ) -> EncodedBatch | None:
     """The batch encoded column by column (module docstring), or None when it needs the
     one-by-one path: another host form, a property that is not a string, a mixed or
@@ -207,9 +219,13 @@ def _encode_columns(
         topics, queue_ids, bodies, property_maps, property_texts, flags, sysflags,
         born_timestamps, born_hosts, reconsume_times, prepared_offsets, tag_code_overrides,
     ) = zip(*map(_MESSAGE_FIELDS, messages), strict=True)
+    if mixed_queues:
+        if min(queue_ids) < 0 or max(queue_ids) > _QUEUE_ID_MAX:
+            return None
+    elif queue_ids.count(queue_id) != count:
+        return None
     if (
         topics.count(topic) != count
-        or queue_ids.count(queue_id) != count
         or born_hosts.count(born_hosts[0]) != count
         or any(map(and_, sysflags, repeat(SYSFLAG_TRANSACTION_MASK)))
     ):
@@ -244,7 +260,8 @@ def _encode_columns(
     try:
         prefixes = list(map(
             _pack_prefix, sizes, repeat(MAGIC_V1),
-            map(and_, map(crc32, bodies), repeat(_BODY_CRC_MASK)), repeat(queue_id), flags,
+            map(and_, map(crc32, bodies), repeat(_BODY_CRC_MASK)),
+            queue_ids if mixed_queues else repeat(queue_id), flags,
             repeat(0), repeat(0), map(and_, sysflags, repeat(_NO_V6_FLAGS)), born_timestamps,
             repeat(born_address), repeat(born_port), repeat(store_timestamp),
             repeat(store_address), repeat(store_port), reconsume_times, prepared_offsets,
@@ -271,6 +288,92 @@ def _encode_columns(
         store_timestamp_positions=None,
         tag_codes=tag_codes,
         keys=keys,
+        delay_levels=None,
+        queue_ids=list(queue_ids) if mixed_queues else None,
+    )
+
+
+def encode_message_batch(
+    batch: MessageBatch,
+    *,
+    store_host: str,
+    store_timestamp: int,
+    max_message_size: int,
+    segment_size: int,
+    with_keys: bool,
+) -> EncodedBatch | None:
+    """Validate and encode a batch given in columns (``MessageBatch``) into one buffer.
+
+    The same bytes as ``encode_messages`` of ``batch.to_store_messages()``, without a Python
+    step per message: the properties are stored as given, tag codes and index keys come
+    from ``batch.tags`` and ``batch.keys``.
+
+    Returns:
+        The encoded batch, or None when it needs the general path (an IPv6 host, a
+        transactional sysflag, SCHEDULE_TOPIC_XXXX, a message over a limit: that path then
+        names the problem).
+
+    Raises:
+        EncodeRejected: an empty batch, a bad topic or queue id, or a bad store host.
+    """
+    count = len(batch.bodies)
+    if not count:
+        raise EncodeRejected(PutStatus.MESSAGE_ILLEGAL, "the batch has no messages")
+    topic = batch.topic
+    queue_id = batch.queue_id
+    _check_destination(topic, queue_id)
+    store_address, store_port, store_v6 = _packed_host_or_reject(store_host, "store host")
+    sysflag = batch.sysflag
+    if store_v6 or topic == SCHEDULE_TOPIC or sysflag & SYSFLAG_TRANSACTION_MASK:
+        return None
+    born_address, born_port, born_v6 = _packed_host_or_reject(batch.born_host, "born host")
+    if born_v6:
+        return None
+    bodies = batch.bodies
+    properties = batch.properties
+    properties_lengths = list(map(len, properties))
+    body_lengths = list(map(len, bodies))
+    topic_bytes = topic.encode("utf-8")
+    topic_field = bytes((len(topic_bytes),)) + topic_bytes
+    sizes = list(map(
+        add, map(add, body_lengths, properties_lengths),
+        repeat(RECORD_PREFIX_SIZE_IPV4 + len(topic_field) + 2),
+    ))
+    if (
+        max(properties_lengths) > PROPERTIES_SIZE_MAX
+        or max(body_lengths) > max_message_size
+        or max(sizes) > segment_size
+    ):
+        return None
+    try:
+        prefixes = list(map(
+            _pack_prefix, sizes, repeat(MAGIC_V1),
+            map(and_, map(crc32, bodies), repeat(_BODY_CRC_MASK)),
+            repeat(queue_id), batch.flags, repeat(0), repeat(0),
+            repeat(sysflag & _NO_V6_FLAGS), repeat(batch.born_timestamp),
+            repeat(born_address), repeat(born_port), repeat(store_timestamp),
+            repeat(store_address), repeat(store_port), repeat(batch.reconsume_times),
+            repeat(0), body_lengths,
+        ))
+    except (struct.error, OverflowError, TypeError):
+        return None
+    tags = batch.tags
+    tag_codes: list[int | None] = (
+        [0] * count if tags is None else list(map(_cached_tags_code, tags))
+    )
+    topic_and_lengths = map(add, repeat(topic_field), map(_pack_int16, properties_lengths))
+    return EncodedBatch(
+        topic=topic,
+        queue_id=queue_id,
+        transaction_type=TRANSACTION_NOT_TYPE,
+        buffer=bytearray().join(
+            chain.from_iterable(zip(prefixes, bodies, topic_and_lengths, properties, strict=True))
+        ),
+        sizes=sizes,
+        store_timestamp=store_timestamp,
+        store_timestamp_positions=None,
+        tag_codes=tag_codes,
+        keys=batch.keys if with_keys else None,
         delay_levels=None,
     )
 
@@ -322,6 +425,7 @@ def _encode_one_by_one(
     max_message_size: int,
     segment_size: int,
     with_keys: bool,
+    mixed_queues: bool,
 ) -> EncodedBatch:
     first = messages[0]
     batched = len(messages) > 1
@@ -339,17 +443,23 @@ def _encode_one_by_one(
     tag_codes: list[int | None] = []
     keys: list[Sequence[str]] | None = [] if with_keys else None
     delay_levels: list[int] | None = [] if schedule_topic else None
+    queue_ids: list[int] | None = [] if mixed_queues else None
     born_host_text = None
     born_address, born_port, born_v6 = b"", 0, False
     # The loop below runs once per stored message: calls are inlined on purpose.
     try:
         for message in messages:
+            if queue_ids is not None:
+                queue_id = message.queue_id
+                if not 0 <= queue_id <= _QUEUE_ID_MAX:
+                    _check_destination(topic, queue_id)  # raises, naming the queue id
+                queue_ids.append(queue_id)
             if batched and (
                 message.topic != topic
-                or message.queue_id != queue_id
+                or (queue_ids is None and message.queue_id != queue_id)
                 or message.sysflag & SYSFLAG_TRANSACTION_MASK != batch_type
             ):
-                _check_batch(messages, topic, queue_id)
+                _check_batch(messages, topic, queue_id, mixed_queues)
             properties_map = message.properties
             properties_text = message.properties_text
             if properties_text is None:
@@ -418,7 +528,7 @@ def _encode_one_by_one(
         ) from None
     return EncodedBatch(
         topic=topic,
-        queue_id=queue_id,
+        queue_id=first.queue_id,
         transaction_type=first.sysflag & SYSFLAG_TRANSACTION_MASK,
         buffer=bytearray().join(parts),
         sizes=sizes,
@@ -427,6 +537,7 @@ def _encode_one_by_one(
         tag_codes=tag_codes,
         keys=keys,
         delay_levels=delay_levels,
+        queue_ids=queue_ids,
     )
 
 
@@ -497,19 +608,22 @@ def _check_destination(topic: str, queue_id: int) -> None:
             PutStatus.MESSAGE_ILLEGAL,
             f"topic {topic[:40]!r} is longer than {TOPIC_NAME_LENGTH_MAX} bytes",
         )
-    if not 0 <= queue_id <= 0x7FFFFFFF:
+    if not 0 <= queue_id <= _QUEUE_ID_MAX:
         raise EncodeRejected(
             PutStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} is negative or above 2^31-1"
         )
 
 
-def _check_batch(messages: Sequence[StoreMessage], topic: str, queue_id: int) -> None:
-    # Raises for the first message that does not belong in a batch to topic/queue_id.
-    # Committed transactional messages may share a batch (they are dispatched like plain ones,
-    # with consecutive queue offsets); half and rollback records may not.
+def _check_batch(
+    messages: Sequence[StoreMessage], topic: str, queue_id: int, mixed_queues: bool
+) -> None:
+    # Raises for the first message that does not belong in a batch to topic/queue_id (to
+    # topic, in a queue group). Committed transactional messages may share a batch (they are
+    # dispatched like plain ones, with consecutive queue offsets); half and rollback records
+    # may not.
     batch_type = _batch_transaction_type(messages)
     for message in messages:
-        if message.topic != topic or message.queue_id != queue_id:
+        if message.topic != topic or (not mixed_queues and message.queue_id != queue_id):
             raise EncodeRejected(
                 PutStatus.MESSAGE_ILLEGAL,
                 f"a batch goes to one queue: {topic}/{queue_id} and "

@@ -15,6 +15,13 @@ Theory of an append (``put_messages``):
 3. after the lock: tell dispatch listeners, and under SYNC_FLUSH ask the group commit for
    a durable future.
 
+``put_message_group`` (single sends that arrived together) does the same once per topic for
+the plain messages among them, as a queue group: one buffer, one commit-log write, each
+record with the next queue offset of its own queue, one dispatch (consume-queue entries per
+queue, index keys once). A transactional or delayed message, or a group the encoder refuses,
+goes through ``put_message`` alone, after the plain messages before it are appended, so the
+order of each queue is the order of the list.
+
 Threads and the state they own:
 - the append lock (one appender at a time, any thread): commit-log writes and rolls,
   consume-queue writes and creation, index puts, truncation, topic deletion, and the
@@ -30,13 +37,15 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Collection
+from collections import Counter
+from collections.abc import Collection, Sequence
 
 from tidemq.errors import StoreError
+from tidemq.protocol.message import SYSFLAG_TRANSACTION_MASK
 from tidemq.protocol.msgid import encode_offset_msg_id
 from tidemq.store import queue_reads
 from tidemq.store.commit_log import CommitLog
-from tidemq.store.config import StoreConfig
+from tidemq.store.config import SCHEDULE_TOPIC, StoreConfig
 from tidemq.store.consume_queue_table import ConsumeQueueTable
 from tidemq.store.dispatch import (
     ConsumeQueueDispatcher,
@@ -49,6 +58,7 @@ from tidemq.store.flush import GroupCommitService
 from tidemq.store.interface import (
     DispatchListener,
     GetResult,
+    MessageBatch,
     MessageStore,
     PutResult,
     PutStatus,
@@ -59,6 +69,7 @@ from tidemq.store.record_encoder import (
     EncodedBatch,
     EncodeRejected,
     delivery_tag_code,
+    encode_message_batch,
     encode_messages,
 )
 from tidemq.store.retention import RetentionPolicy
@@ -115,6 +126,93 @@ class StoreCore(MessageStore):
         """Append a batch of one queue (see ``MessageStore.put_messages``)."""
         return self._put(messages)
 
+    def put_message_group(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
+        """Append single sends together (see ``MessageStore.put_message_group``)."""
+        results: list[PutResult | None] = [None] * len(messages)
+        pending: dict[str, list[int]] = {}  # topic -> positions of plain messages to append
+        for position, message in enumerate(messages):
+            if message.sysflag & SYSFLAG_TRANSACTION_MASK or message.topic == SCHEDULE_TOPIC:
+                self._put_pending(messages, pending, results)
+                results[position] = self._put((message,))
+            else:
+                positions = pending.get(message.topic)
+                if positions is None:
+                    pending[message.topic] = [position]
+                else:
+                    positions.append(position)
+        self._put_pending(messages, pending, results)
+        return results  # type: ignore[return-value]  # every position was filled
+
+    def _put_pending(
+        self,
+        messages: Sequence[StoreMessage],
+        pending: dict[str, list[int]],
+        results: list[PutResult | None],
+    ) -> None:
+        for positions in pending.values():
+            group = [messages[position] for position in positions]
+            for position, result in zip(positions, self._put_queue_group(group), strict=True):
+                results[position] = result
+        pending.clear()
+
+    def _put_queue_group(self, messages: list[StoreMessage]) -> list[PutResult]:
+        """Plain messages of one topic, any queues: one append, one result per message."""
+        if len(messages) == 1 or self._closed or self._not_writable_reason is not None:
+            return [self._put((message,)) for message in messages]
+        try:
+            batch = encode_messages(
+                messages,
+                store_host=self.config.store_host,
+                store_timestamp=int(time.time() * 1000),
+                max_message_size=self.config.max_message_size,
+                segment_size=self.commit_log.file_size,
+                with_keys=self.index is not None,
+                mixed_queues=True,
+            )
+        except EncodeRejected:
+            # Some message is bad: one by one, so that only it is refused (and named).
+            return [self._put((message,)) for message in messages]
+        topic = batch.topic
+        queue_ids: list[int] = batch.queue_ids  # type: ignore[assignment]
+        with self._append_lock:
+            if self._closed or self._not_writable_reason is not None:
+                return [self._unavailable() for _ in messages]
+            counts = Counter(queue_ids)
+            queues = {
+                queue_id: self.queues.get_or_create(topic, queue_id) for queue_id in counts
+            }
+            next_offsets = {queue_id: queue.max_offset for queue_id, queue in queues.items()}
+            queue_offsets: list[int] = []
+            add_offset = queue_offsets.append
+            for queue_id in queue_ids:
+                offset = next_offsets[queue_id]
+                add_offset(offset)
+                next_offsets[queue_id] = offset + 1
+            store_timestamp = max(batch.store_timestamp, self.commit_log.last_store_timestamp)
+            log_end = self.commit_log.max_offset()
+            try:
+                for queue_id, count in counts.items():
+                    queues[queue_id].ensure_room(count)
+                physical_offsets = self.commit_log.append(
+                    batch, 0, 1, store_timestamp, queue_offsets
+                )
+            except StoreError as e:
+                return [self._append_failed(batch, log_end, e)] * len(messages)
+            self._dispatch(batch, queue_offsets[0], physical_offsets, store_timestamp,
+                           queue_offsets)
+            end_offset = self.commit_log.max_offset()
+        for queue_id, max_offset in next_offsets.items():
+            self._notify(topic, queue_id, max_offset)
+        durable = self._group_commit.request(end_offset) if self._group_commit else None
+        msg_ids = _offset_msg_ids(self._msg_id_prefix, physical_offsets)
+        return [
+            PutResult(PutStatus.PUT_OK, "", physical_offset, size, queue_offset, [msg_id],
+                      store_timestamp, 1, durable)
+            for physical_offset, size, queue_offset, msg_id in zip(
+                physical_offsets, batch.sizes, queue_offsets, msg_ids, strict=True
+            )
+        ]
+
     def _put(self, messages: list[StoreMessage] | tuple[StoreMessage, ...]) -> PutResult:
         if self._closed or self._not_writable_reason is not None:
             return self._unavailable()
@@ -129,6 +227,29 @@ class StoreCore(MessageStore):
             )
         except EncodeRejected as e:
             return PutResult(e.status, e.remark)
+        return self._append(batch)
+
+    def put_batch(self, batch: MessageBatch) -> PutResult:
+        """Append a batch given in columns (see ``MessageStore.put_batch``)."""
+        if self._closed or self._not_writable_reason is not None:
+            return self._unavailable()
+        try:
+            encoded = encode_message_batch(
+                batch,
+                store_host=self.config.store_host,
+                store_timestamp=int(time.time() * 1000),
+                max_message_size=self.config.max_message_size,
+                segment_size=self.commit_log.file_size,
+                with_keys=self.index is not None,
+            )
+        except EncodeRejected as e:
+            return PutResult(e.status, e.remark)
+        if encoded is None:
+            return self._put(batch.to_store_messages())
+        return self._append(encoded)
+
+    def _append(self, batch: EncodedBatch) -> PutResult:
+        """Append records of one queue encoded outside the lock (theory, step 2 and 3)."""
         count = len(batch.sizes)
         queued = batch.queued
         with self._append_lock:
@@ -146,15 +267,7 @@ class StoreCore(MessageStore):
                     batch, queue_offset, 1 if queued else 0, store_timestamp
                 )
             except StoreError as e:
-                logger.error("append to %s/%d failed: %s", batch.topic, batch.queue_id, e)
-                if self.commit_log.max_offset() != log_end:
-                    # Part of the batch is in the log (a write failed after a segment roll):
-                    # its queue offsets are unknown to the queues, so stop, as after a
-                    # failed dispatch; recovery rebuilds the queues from the log.
-                    self._not_writable_reason = (
-                        f"a commit-log write failed half way ({e}); restart the broker"
-                    )
-                return PutResult(PutStatus.UNKNOWN_ERROR, f"the store could not write: {e}")
+                return self._append_failed(batch, log_end, e)
             self._dispatch(batch, queue_offset, physical_offsets, store_timestamp)
             end_offset = self.commit_log.max_offset()
         if queued:
@@ -172,12 +285,25 @@ class StoreCore(MessageStore):
             durable=durable,
         )
 
+    def _append_failed(self, batch: EncodedBatch, log_end: int, error: StoreError) -> PutResult:
+        # Called under the append lock when the commit-log append raised.
+        logger.error("append to %s/%d failed: %s", batch.topic, batch.queue_id, error)
+        if self.commit_log.max_offset() != log_end:
+            # Part of the batch is in the log (a write failed after a segment roll): its
+            # queue offsets are unknown to the queues, so stop, as after a failed dispatch;
+            # recovery rebuilds the queues from the log.
+            self._not_writable_reason = (
+                f"a commit-log write failed half way ({error}); restart the broker"
+            )
+        return PutResult(PutStatus.UNKNOWN_ERROR, f"the store could not write: {error}")
+
     def _dispatch(
         self,
         batch: EncodedBatch,
         queue_offset: int,
         physical_offsets: list[int],
         store_timestamp: int,
+        queue_offsets: list[int] | None = None,
     ) -> None:
         tag_codes = batch.tag_codes
         if batch.delay_levels is not None:
@@ -199,6 +325,8 @@ class StoreCore(MessageStore):
             store_timestamp=store_timestamp,
             queued=batch.queued,
             indexed=batch.indexed,
+            queue_ids=batch.queue_ids,
+            queue_offsets=queue_offsets,
         )
         try:
             for dispatcher in self._dispatchers:

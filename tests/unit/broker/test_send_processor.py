@@ -375,10 +375,6 @@ def batch_request(topic: str, entries: list[BatchEntry], **kwargs) -> RemotingCo
         (lambda: batch_request("Orders", [BatchEntry(b"a", "DELAY\x013")]), "delay level 3"),
         (lambda: batch_request("Orders", [BatchEntry(b"a")], sys_flag=0x4), "transactional"),
         (
-            lambda: batch_request("Orders", [BatchEntry(b"a")], properties={"TRAN_MSG": "true"}),
-            "transactional",
-        ),
-        (
             lambda: send_request("Orders", b"\x00\x00\x00\x30garbage", code=320),
             "malformed",
         ),

@@ -10,7 +10,13 @@ from tidemq.client.batch import check_batch, split_batch
 from tidemq.client.errors import InvalidMessage
 from tidemq.client.message import Message
 from tidemq.errors import MessageTooLarge
-from tidemq.protocol.message import decode_batch_body, decode_properties
+from tidemq.protocol.message import (
+    BatchEntry,
+    decode_batch_body,
+    decode_properties,
+    encode_batch_body,
+    encode_properties,
+)
 
 
 def key_maker():
@@ -72,3 +78,18 @@ def test_batch_rules_are_checked_before_sending():
     with pytest.raises(InvalidMessage, match="empty body"):
         check_batch([Message("A", b"x"), Message("A", b"")], 1024)
     assert check_batch([Message("A", b"x"), Message("A", b"y")], 1024) == "A"
+
+
+def test_chunk_body_is_what_the_batch_codec_writes():
+    # Plain messages (the one-pass UNIQ_KEY path) and messages with properties, mixed.
+    messages = [
+        Message("Orders", b"p%d" % n, flag=n) if n % 2 else
+        Message("Orders", b"t%d" % n, tags="t", keys=["k", "\u00e9"], flag=n)
+        for n in range(6)
+    ]
+    (chunk,) = split_batch(messages, iter(f"{n:032X}" for n in range(6)).__next__)
+    expected = encode_batch_body([
+        BatchEntry(m.body, encode_properties(m.properties), m.flag) for m in messages
+    ])
+    assert chunk.body == expected
+    assert chunk.unique_keys == [f"{n:032X}" for n in range(6)]

@@ -4,11 +4,15 @@
   CHECK_TRANSACTION_STATE request (RocketMQ's, byte for byte);
 - ``progress``: which halves ended and which wait, and its checkpoint file;
 - ``service``: ``TransactionService``, the theory of operation, the check task;
-- ``end_processor``: the END_TRANSACTION (37) handler.
+- ``end_processor``: the END_TRANSACTION (37) handler;
+- ``exactly_once``, ``eos_decisions``, ``eos_processor``: batches of halves committed once per
+  (query id, batch id) for the exactly-once Spark sink, the durable table of those decisions,
+  and the EOS_COMMIT_BATCH / EOS_ABORT_BATCH (tidemq's 30001 / 30002) handler.
 
 The controller builds one ``TransactionService``, registers it, starts it after the
 consumption services (it needs the producer manager) and stops it before the store closes;
-the send path hands every single message to ``TransactionService.prepare``.
+the send path hands every single message to ``TransactionService.prepare`` and every
+transactional batch to ``TransactionService.prepare_batch``.
 """
 
 from tidemq.broker.transaction.records import Outcome

@@ -5,7 +5,8 @@ loop (``run``), a round at least every TICK_INTERVAL_MAX_MS:
 
 1. ``scan``: read the half queue on from the scan offset and make old unended halves pending;
 2. ``run_checks``: send CHECK_TRANSACTION_STATE for each pending half whose time has come,
-   or discard it after its last check.
+   or discard it after its last check. An exactly-once half (exactly_once.py) is not
+   checked: its batch's decision commits it, or it is rolled back.
 
 Ownership: the broker's event loop; store calls are quick mmap work done there.
 """
@@ -148,12 +149,17 @@ class TransactionChecker:
                 pending = progress.pop_due(now_ms)
                 if pending is None:
                     return False
+                half = self._stored_half(pending)
+                if half is None:
+                    continue
+                if service.eos.settle_due(pending, half, now_ms):
+                    continue  # an exactly-once half: ended by its batch's decision
                 if pending.check_times >= settings.check_max:
-                    self._discard(pending, now_ms)
+                    self._discard(pending, now_ms, half)
                     continue
                 pending.check_times += 1
                 progress.reschedule(pending, now_ms + settings.check_interval_ms)
-                if not await self._send_check(pending):
+                if not await self._send_check(pending, half):
                     unreachable[pending.producer_group] += 1
             return True
         finally:
@@ -164,11 +170,8 @@ class TransactionChecker:
                     group, count, settings.check_max,
                 )
 
-    async def _send_check(self, pending: PendingHalf) -> bool:
+    async def _send_check(self, pending: PendingHalf, half: MessageExt) -> bool:
         """Ask a producer of the half's group; False when none is connected."""
-        half = self._stored_half(pending)
-        if half is None:
-            return True
         try:
             request = check_request(half)
         except NotAHalfMessage as exc:
@@ -208,11 +211,8 @@ class TransactionChecker:
             return None
         return half
 
-    def _discard(self, pending: PendingHalf, now_ms: int) -> None:
+    def _discard(self, pending: PendingHalf, now_ms: int, half: MessageExt) -> None:
         service = self._service
-        half = self._stored_half(pending)
-        if half is None:
-            return
         if service.committed_before_restart(half):
             service.writer.end_now(half, Outcome.COMMIT)
             return

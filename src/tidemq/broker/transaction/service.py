@@ -58,6 +58,11 @@ round, in a worker thread; END_TRANSACTION waits for it) replays the op records 
 since. After any crash, a half that ended stays ended and an unended half is checked again.
 Check counts of halves that became pending after the last checkpoint start again at 0.
 
+*Exactly-once batches* (exactly_once.py): a SEND_BATCH_MESSAGE marked transactional is stored
+as halves in one put (``prepare_batch``); tidemq's EOS_COMMIT_BATCH commits a Spark
+micro-batch's halves once per (query id, batch id), and the check service ends exactly-once
+halves by their batch's decision instead of asking a producer.
+
 *Finding a transaction* (for an exactly-once sink that commits later, from another process):
 ``find_half(producer_group, transaction_id)`` returns an unended half by the producer's
 transaction id (``__transactionId__``, else the UNIQ_KEY), and ``outcome(half_queue_offset)``
@@ -116,7 +121,7 @@ from tidemq.protocol.message import (
     decode_record,
     iter_records,
 )
-from tidemq.store.interface import GetStatus, StoreMessage
+from tidemq.store.interface import GetStatus, PutResult, StoreMessage
 
 if TYPE_CHECKING:
     from tidemq.broker.client_manager import ClientChannel
@@ -215,6 +220,8 @@ class TransactionService:
         clock_ms: Callable[[], int] | None = None,
     ) -> None:
         from tidemq.broker.transaction.end_processor import EndTransactionProcessor
+        from tidemq.broker.transaction.eos_processor import ExactlyOnceProcessor
+        from tidemq.broker.transaction.exactly_once import ExactlyOnceService
 
         self._broker = broker
         self.store: MessageStore = broker.store
@@ -225,6 +232,8 @@ class TransactionService:
         self.writer = EndWriter(self)
         self.checker = TransactionChecker(self)
         self.end_processor = EndTransactionProcessor(self)
+        self.eos = ExactlyOnceService(self, broker.config_dir)
+        self.eos_processor = ExactlyOnceProcessor(self, self.eos)
         self._restored_below = 0  # halves below this queue offset were stored before start
         self._started_ms = 0
         self._topics_ready: set[str] = set()
@@ -236,8 +245,9 @@ class TransactionService:
     # -- lifecycle -------------------------------------------------------------------------
 
     def register(self, server: RemotingServer) -> None:
-        """Register the END_TRANSACTION handler on ``server``."""
+        """Register the END_TRANSACTION and exactly-once handlers on ``server``."""
         self.end_processor.register(server)
+        self.eos_processor.register(server)
 
     @property
     def is_slave(self) -> bool:
@@ -258,6 +268,8 @@ class TransactionService:
         finally:
             self._ready.set()
         loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self.eos.finish_decided(),
+                                            name="exactly-once-finish"))
         self._tasks.append(loop.create_task(self.checker.run(), name="transaction-check"))
         self._tasks.append(loop.create_task(self._persist_loop(), name="transaction-progress"))
 
@@ -293,6 +305,7 @@ class TransactionService:
         snapshot = self.progress.snapshot(self.op_queue_end())
         if snapshot is not None:
             await asyncio.to_thread(self.progress.write_snapshot, snapshot)
+        await self.eos.write_decisions()  # applied marks are written lazily, here
 
     async def _persist_loop(self) -> None:
         while True:
@@ -320,6 +333,14 @@ class TransactionService:
             return message
         self.ensure_topic(HALF_TOPIC)
         return to_half(message)
+
+    def prepare_batch(self, messages: list[StoreMessage]) -> PutResult:
+        """Store a transactional SEND_BATCH_MESSAGE as half messages in one put.
+
+        Called by the send path for a batch whose sysflag or properties say it is
+        transactional (exactly_once.py); the result's queue offset is the first half's.
+        """
+        return self.eos.prepare_batch(messages)
 
     # -- END_TRANSACTION -------------------------------------------------------------------
 

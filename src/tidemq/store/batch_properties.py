@@ -1,0 +1,196 @@
+"""The properties of a batch's messages merged with the batch's, column by column.
+
+A SEND_BATCH_MESSAGE stores each entry with its own properties, less WAIT, updated with the
+batch-level properties (the request header's, CLUSTER added by the broker), and a UNIQ_KEY
+added when it has none (protocol-notes §6.2, §6.5). Done with a dict per message, that is
+decode, update, render: the costliest step of the batch path after the CRC.
+
+``merge_batch_properties`` gives the same stored bytes without a dict, in the common case:
+every entry's PROPERTIES is valid UTF-8, well-formed (each piece ``name\\x01value`` with a
+non-empty name and value, no name twice) and names the same properties in the same order
+(what a producer sends for messages made alike, e.g. UNIQ_KEY alone, or TAGS, KEYS, UNIQ_KEY).
+Then one split of the joined texts gives a column of values per name, checked with a few C
+calls for the whole batch, and each stored text is one ``bytes %`` of a template that holds
+the batch's values, or just the entry's text with the batch's properties appended. Any other
+batch (or one with a DELAY, which the broker must refuse or keep by its rules) returns None
+and takes the dict path, which stores the same bytes as before.
+
+The dict path's order, kept here: the entry's names in their order (a name the batch also
+sets keeps its place and takes the batch's value), then the batch's other names in the
+batch's order, then UNIQ_KEY when neither had one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from operator import add
+
+from tidemq.protocol.message import (
+    KEY_SEPARATOR,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+)
+
+_NAME_VALUE = NAME_VALUE_SEPARATOR.encode()
+_PROPERTY = PROPERTY_SEPARATOR.encode()
+_UNIQ_KEY_NAME = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode()
+# bytes.translate deletes these, leaving only the separators of a text, in order.
+_NOT_SEPARATORS = bytes(code for code in range(256) if code not in (1, 2))
+
+
+@dataclass(slots=True)
+class MergedProperties:
+    """Each message's stored PROPERTIES, and what the store indexes from them.
+
+    ``tags`` is None when no message has TAGS; ``keys[i]`` is UNIQ_KEY then each KEYS token.
+    """
+
+    properties: list[bytes]
+    tags: list[str] | None
+    keys: list[Sequence[str]]
+
+
+def merge_batch_properties(
+    texts: Sequence[bytes],
+    batch_properties: Mapping[str, str],
+    new_unique_key: Callable[[], str],
+) -> MergedProperties | None:
+    """Merge each entry's PROPERTIES (bytes as sent) with the batch's (module docstring).
+
+    Args:
+        texts: each entry's PROPERTIES bytes.
+        batch_properties: the batch's properties, WAIT already removed, CLUSTER set.
+        new_unique_key: makes the UNIQ_KEY of an entry that has none.
+    Returns:
+        The merged properties, or None when the batch is not in the common form (then merge
+        with dicts; nothing here refuses a batch).
+    """
+    count = len(texts)
+    if not count or b"" in texts:
+        return None
+    joined = _PROPERTY.join(texts)
+    if not joined.isascii():
+        try:
+            joined.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    names = texts[0].replace(_PROPERTY, _NAME_VALUE).split(_NAME_VALUE)[0::2]
+    width = len(names)
+    # Separators strictly alternate (one \x01 in each piece), so the tokens alternate name,
+    # value; every entry names the same properties in the same order, none empty or twice.
+    if joined.translate(None, _NOT_SEPARATORS) != (_NAME_VALUE + _PROPERTY) * (
+        width * count - 1
+    ) + _NAME_VALUE:
+        return None
+    tokens = joined.replace(_PROPERTY, _NAME_VALUE).split(_NAME_VALUE)
+    values = tokens[1::2]
+    if (
+        tokens[0::2] != names * count
+        or b"" in values
+        or b"" in names
+        or len(set(names)) != width
+    ):
+        return None
+    try:
+        return _merge(names, values, count, texts, batch_properties, new_unique_key)
+    except UnicodeEncodeError:
+        return None  # a batch value the dict path would fail on the same way
+
+
+def _merge(
+    names: list[bytes],
+    values: list[bytes],
+    count: int,
+    texts: Sequence[bytes],
+    batch_properties: Mapping[str, str],
+    new_unique_key: Callable[[], str],
+) -> MergedProperties | None:
+    width = len(names)
+    entry_names = [name.decode("utf-8") for name in names]
+    if PROPERTY_DELAY_TIME_LEVEL in entry_names:
+        return None
+    # Where each stored name's values come from: a column of the entries', or one text.
+    template: list[bytes] = []
+    columns: list[list[bytes]] = []
+    sources: dict[str, list[bytes] | bytes] = {}
+    changed = False
+    for position, name in enumerate(entry_names):
+        if name == PROPERTY_WAIT_STORE_MSG_OK:
+            changed = True
+            continue
+        if name in batch_properties:
+            changed = True
+            value = batch_properties[name].encode("utf-8")
+            template.append(_literal(names[position], value))
+            sources[name] = value
+            continue
+        column = values[position::width]
+        template.append(names[position].replace(b"%", b"%%") + _NAME_VALUE + b"%b")
+        columns.append(column)
+        sources[name] = column
+    # The batch's other names, in its order: name\x01value each (not yet escaped for %).
+    suffix = [
+        name.encode("utf-8") + _NAME_VALUE + value.encode("utf-8")
+        for name, value in batch_properties.items()
+        if name not in sources
+    ]
+    for name, value in batch_properties.items():
+        sources.setdefault(name, value.encode("utf-8"))
+    unique_keys = sources.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    unique_key_slot: list[bytes] = []
+    if unique_keys is None:
+        changed = True
+        unique_keys = [new_unique_key().encode("ascii") for _ in range(count)]
+        unique_key_slot.append(_UNIQ_KEY_NAME + _NAME_VALUE + b"%b")
+        columns.append(unique_keys)
+    if not changed:
+        # The common case: each entry's text as it is, the batch's properties after it.
+        tail = _PROPERTY.join(suffix)
+        properties = list(map(add, texts, repeat(_PROPERTY + tail))) if tail else list(texts)
+    else:
+        escaped = [piece.replace(b"%", b"%%") for piece in suffix]
+        pattern = _PROPERTY.join(template + escaped + unique_key_slot)
+        if columns:
+            properties = list(map(pattern.__mod__, zip(*columns, strict=True)))
+        else:
+            properties = [pattern % ()] * count  # every value is the batch's
+    return MergedProperties(
+        properties,
+        _texts(sources.get(PROPERTY_TAGS), count),
+        _index_keys(_texts(unique_keys, count), _texts(sources.get(PROPERTY_KEYS), count)),
+    )
+
+
+def _literal(name: bytes, value: bytes) -> bytes:
+    # A fixed name and value in a ``bytes %`` template.
+    return (name + _NAME_VALUE + value).replace(b"%", b"%%")
+
+
+def _texts(source: list[bytes] | bytes | None, count: int) -> list[str] | None:
+    if source is None:
+        return None
+    if isinstance(source, bytes):
+        return [source.decode("utf-8")] * count
+    return list(map(bytes.decode, source))
+
+
+def _index_keys(unique_keys: list[str] | None, user_keys: list[str] | None
+                ) -> list[Sequence[str]]:
+    # record_encoder.index_keys for each message: UNIQ_KEY (never empty here), then each
+    # non-empty KEYS token.
+    assert unique_keys is not None
+    if user_keys is None:
+        return list(zip(unique_keys))
+    if KEY_SEPARATOR not in "".join(user_keys):
+        return list(zip(unique_keys, user_keys, strict=True))
+    return [
+        [unique_key, *filter(None, keys.split(KEY_SEPARATOR))]
+        for unique_key, keys in zip(unique_keys, user_keys, strict=True)
+    ]

@@ -1,0 +1,147 @@
+"""Sends that arrive together (``handle_group``): each answered as ``handle`` answers it, the
+single messages stored in one append, every queue in arrival order."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from test_send_processor import send_request, stored, with_topic
+
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.message import BatchEntry, encode_batch_body, encode_properties
+from tidemq.protocol.msgid import decode_offset_msg_id
+
+PEER = "127.0.0.1:45678"
+
+
+class FakePeer:
+    """The parts of a Connection the send handlers read."""
+
+    def __init__(self, remote_address: str) -> None:
+        self.remote_address = remote_address
+        self.attributes: dict = {}
+        self.on_close: list = []
+        self.is_closing = False
+
+
+def batch_request(topic: str, bodies: list[bytes], queue_id: int):
+    entries = [BatchEntry(body, encode_properties({"TAGS": "b"})) for body in bodies]
+    body = encode_batch_body(entries)
+    return send_request(
+        topic, body, code=RequestCode.SEND_BATCH_MESSAGE, queue_id=queue_id,
+        properties={"WAIT": "true"},
+    )
+
+
+def serve_group(broker, requests):
+    return asyncio.run(broker.send_processor.handle_group(requests, FakePeer(PEER)))
+
+
+def serve_one_by_one(broker, requests):
+    async def scenario():
+        return [await broker.send_processor.handle(r, FakePeer(PEER)) for r in requests]
+
+    return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("count", [3, 20])
+def test_group_of_single_sends_is_stored_in_order_per_queue(broker, count):
+    with_topic(broker, "Orders")
+    requests = [
+        send_request("Orders", f"m{n}".encode(), queue_id=n % 3,
+                     properties={"TAGS": "t", "KEYS": f"k{n}", "WAIT": "true"})
+        for n in range(count)
+    ]
+    responses = serve_group(broker, requests)
+
+    assert [response.code for response in responses] == [ResponseCode.SUCCESS] * count
+    for queue_id in range(3):
+        expected = [f"m{n}".encode() for n in range(count) if n % 3 == queue_id]
+        records = stored(broker, "Orders", queue_id)
+        assert [record.body for record in records] == expected
+        answered = [r for n, r in enumerate(responses) if n % 3 == queue_id]
+        assert [int(r.ext_fields["queueOffset"]) for r in answered] == list(range(len(expected)))
+        assert [r.ext_fields["queueId"] for r in answered] == [str(queue_id)] * len(expected)
+        assert [decode_offset_msg_id(r.ext_fields["msgId"])[1] for r in answered] == [
+            record.physical_offset for record in records
+        ]
+        assert all(record.born_host == PEER for record in records)
+        assert all(record.properties["CLUSTER"] for record in records)
+
+
+def test_group_answers_bad_sends_as_handle_does_and_stores_the_rest(make_broker):
+    def mixed_requests():
+        return [
+            send_request("Orders", b"first", queue_id=0),
+            send_request("Bad Topic!", b"illegal topic name"),
+            send_request("Orders", b"x" * (4 * 1024 * 1024 + 1), queue_id=1),
+            send_request("Orders", b"queue out of range", queue_id=99),
+            send_request("Orders", b"last", queue_id=0),
+        ]
+
+    grouped_broker, single_broker = make_broker(), make_broker()
+    for broker in (grouped_broker, single_broker):
+        with_topic(broker, "Orders")
+    grouped = serve_group(grouped_broker, mixed_requests())
+    one_by_one = serve_one_by_one(single_broker, mixed_requests())
+
+    assert [r.code for r in grouped] == [r.code for r in one_by_one]
+    assert [r.remark for r in grouped] == [r.remark for r in one_by_one]
+    assert grouped[0].code == ResponseCode.SUCCESS
+    assert grouped[1].code != ResponseCode.SUCCESS
+    assert grouped[2].code == ResponseCode.MESSAGE_ILLEGAL
+    assert [record.body for record in stored(grouped_broker, "Orders", 0)] == [b"first", b"last"]
+
+
+def test_a_batch_in_the_group_keeps_its_place_in_the_queue_order(broker):
+    with_topic(broker, "Orders")
+    requests = [
+        send_request("Orders", b"before", queue_id=2),
+        batch_request("Orders", [b"b1", b"b2"], queue_id=2),
+        send_request("Orders", b"after", queue_id=2),
+    ]
+    responses = serve_group(broker, requests)
+
+    assert [r.code for r in responses] == [ResponseCode.SUCCESS] * 3
+    assert [record.body for record in stored(broker, "Orders", 2)] == [
+        b"before", b"b1", b"b2", b"after"
+    ]
+    assert responses[1].ext_fields["queueOffset"] == "1"
+    assert len(responses[1].ext_fields["msgId"].split(",")) == 2
+
+
+def test_delayed_send_in_a_group_is_answered_with_the_producers_queue(broker):
+    with_topic(broker, "Orders")
+    requests = [
+        send_request("Orders", b"now", queue_id=1),
+        send_request("Orders", b"later", queue_id=1,
+                     properties={"DELAY": "2", "WAIT": "true"}),
+    ]
+    responses = serve_group(broker, requests)
+
+    assert [r.code for r in responses] == [ResponseCode.SUCCESS] * 2
+    assert [r.ext_fields["queueId"] for r in responses] == ["1", "1"]
+    assert [record.body for record in stored(broker, "Orders", 1)] == [b"now"]
+    assert [record.body for record in stored(broker, "SCHEDULE_TOPIC_XXXX", 1)] == [b"later"]
+
+
+def test_sends_over_the_network_that_arrive_together_are_all_stored(broker, serve):
+    with_topic(broker, "Orders")
+    count = 200
+
+    async def scenario():
+        async with serve(broker) as link:
+            requests = [
+                send_request("Orders", f"m{n}".encode(), queue_id=n % 4) for n in range(count)
+            ]
+            responses = await asyncio.gather(*(link.invoke(request) for request in requests))
+            queues = [stored(broker, "Orders", queue_id) for queue_id in range(4)]
+            return responses, queues
+
+    responses, queues = asyncio.run(scenario())
+    assert [r.code for r in responses] == [ResponseCode.SUCCESS] * count
+    for queue_id, records in enumerate(queues):
+        assert [record.body for record in records] == [
+            f"m{n}".encode() for n in range(count) if n % 4 == queue_id
+        ]

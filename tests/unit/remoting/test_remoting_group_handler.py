@@ -1,0 +1,139 @@
+"""Group handlers: requests of one code that arrive in one read are served by one call."""
+
+from __future__ import annotations
+
+import asyncio
+
+from remoting_helpers import echo, read_command
+
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.command import RemotingCommand
+from tidemq.remoting import Connection, RemotingServer
+from tidemq.remoting.dispatch import GROUP_REQUESTS_MAX
+
+SEND = RequestCode.SEND_MESSAGE_V2
+
+
+def requests_numbered(count: int, body: bytes = b"b") -> list[RemotingCommand]:
+    return [RemotingCommand.request(SEND, {"n": str(n)}, body=body) for n in range(count)]
+
+
+async def send_in_one_write(server: RemotingServer, requests: list[RemotingCommand]):
+    """Write every request in one write (one read on loopback); return the responses."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.bound_ports[0])
+    writer.write(b"".join(request.encode() for request in requests))
+    responses = [await asyncio.wait_for(read_command(reader), 10) for _ in requests]
+    writer.close()
+    await writer.wait_closed()
+    return responses
+
+
+def group_echo(calls: list[list[int]]):
+    async def serve(requests: list[RemotingCommand], connection: Connection):
+        calls.append([int(request.ext_fields["n"]) for request in requests])
+        return [await echo(request, connection) for request in requests]
+
+    return serve
+
+
+def test_requests_of_one_read_go_to_one_group_handler_call_in_order(run):
+    calls: list[list[int]] = []
+    singles: list[int] = []
+
+    async def single(request: RemotingCommand, connection: Connection):
+        singles.append(int(request.ext_fields["n"]))
+        return await echo(request, connection)
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(SEND, single, group_handler=group_echo(calls))
+            requests = requests_numbered(10)
+            return requests, await send_in_one_write(server, requests)
+
+    requests, responses = run(main())
+    assert calls == [list(range(10))]
+    assert singles == []
+    by_opaque = {response.opaque: response for response in responses}
+    for request in requests:
+        answer = by_opaque[request.opaque]
+        assert answer.code == ResponseCode.SUCCESS
+        assert answer.ext_fields == request.ext_fields
+
+
+def test_a_read_with_more_requests_than_a_group_holds_is_served_in_order_in_parts(run):
+    calls: list[list[int]] = []
+    count = 2 * GROUP_REQUESTS_MAX + 5
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(SEND, echo, group_handler=group_echo(calls))
+            return await send_in_one_write(server, requests_numbered(count))
+
+    responses = run(main())
+    assert len(responses) == count
+    assert all(len(call) <= GROUP_REQUESTS_MAX for call in calls)
+    assert len(calls) >= 3
+    assert [n for call in calls for n in call] == list(range(count))
+
+
+def test_large_request_bodies_close_a_group_early(run):
+    calls: list[list[int]] = []
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(SEND, echo, group_handler=group_echo(calls))
+            # 40 KiB each: more than a group's body bytes, so each is its own group.
+            return await send_in_one_write(server, requests_numbered(3, b"x" * 40 * 1024))
+
+    responses = run(main())
+    assert [response.code for response in responses] == [ResponseCode.SUCCESS] * 3
+    assert [n for call in calls for n in call] == [0, 1, 2]
+    assert all(len(call) == 1 for call in calls)
+
+
+def test_a_lone_request_goes_to_the_plain_handler(run):
+    calls: list[list[int]] = []
+    singles: list[int] = []
+
+    async def single(request: RemotingCommand, connection: Connection):
+        singles.append(int(request.ext_fields["n"]))
+        return await echo(request, connection)
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(SEND, single, group_handler=group_echo(calls))
+            return await send_in_one_write(server, requests_numbered(1))
+
+    responses = run(main())
+    assert responses[0].code == ResponseCode.SUCCESS
+    assert singles == [0]
+    assert calls == []
+
+
+def test_a_failing_group_handler_answers_every_request_system_error(run, caplog):
+    async def broken(requests: list[RemotingCommand], connection: Connection):
+        raise ValueError("group handler bug")
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(SEND, echo, group_handler=broken)
+            return await send_in_one_write(server, requests_numbered(5))
+
+    responses = run(main())
+    assert [response.code for response in responses] == [ResponseCode.SYSTEM_ERROR] * 5
+    assert all("group handler bug" in response.remark for response in responses)
+    assert "group handler for 5 requests" in caplog.text
+
+
+def test_a_group_past_max_pending_is_answered_system_busy_for_the_rest(run):
+    calls: list[list[int]] = []
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(SEND, echo, max_pending=3, group_handler=group_echo(calls))
+            return await send_in_one_write(server, requests_numbered(5))
+
+    responses = run(main())
+    codes = sorted(response.code for response in responses)
+    assert codes == sorted([ResponseCode.SUCCESS] * 3 + [ResponseCode.SYSTEM_BUSY] * 2)
+    assert calls == [[0, 1, 2]]

@@ -1,0 +1,166 @@
+"""A batch in columns (``put_batch``) is stored exactly as the same messages through
+``put_messages``, and its properties merge (batch_properties.py) gives the dict path's bytes."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from store_helpers import small_config
+
+from tidemq.protocol.message import (
+    decode_properties,
+    decode_records,
+    encode_properties,
+    tags_code,
+)
+from tidemq.store.batch_properties import merge_batch_properties
+from tidemq.store.interface import MessageBatch, PutStatus
+from tidemq.store.memory_store import MemoryMessageStore
+from tidemq.store.record_encoder import index_keys
+
+STORE_TIMESTAMP_POSITION = 56  # IPv4 born host
+
+
+def key_factory():
+    counter = itertools.count()
+    return lambda: f"GENERATED{next(counter):023d}"
+
+
+def dict_path(texts: list[bytes], batch_properties: dict[str, str], new_key) -> list[dict]:
+    """The broker's rule with a dict per message: less WAIT, updated, UNIQ_KEY added."""
+    merged = []
+    for raw in texts:
+        properties = decode_properties(str(raw, "utf-8", "replace"))
+        properties.pop("WAIT", None)
+        properties.update(batch_properties)
+        if "UNIQ_KEY" not in properties:
+            properties["UNIQ_KEY"] = new_key()
+        merged.append(properties)
+    return merged
+
+
+def texts_of(dicts: list[dict]) -> list[bytes]:
+    return [encode_properties(d).encode("utf-8") for d in dicts]
+
+
+NAMES = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "CLUSTER", "a%s", "n\u00e9", "x"])
+VALUES = st.text(
+    alphabet=st.sampled_from(["a", "b", " ", "%", "\u00e9", "\x01", "0"]), max_size=6
+)
+SHAPES = st.lists(st.tuples(NAMES, VALUES), max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    shape=SHAPES,
+    values=st.lists(st.lists(VALUES, min_size=5, max_size=5), min_size=1, max_size=6),
+    batch=st.dictionaries(st.sampled_from(["CLUSTER", "TAGS", "b"]), VALUES.filter(bool)),
+)
+def test_merge_gives_the_dict_paths_bytes_tags_and_keys(shape, values, batch):
+    # Entries share a shape (names in order) with their own values: the common form when
+    # well-formed; anything else must come back None, never different bytes.
+    texts = [
+        "\x02".join(f"{name}\x01{own[k]}" for k, (name, _) in enumerate(shape)).encode()
+        for own in values
+    ]
+    batch_properties = {**batch, "CLUSTER": "DefaultCluster"}
+    merged = merge_batch_properties(texts, batch_properties, key_factory())
+    if merged is None:
+        return
+    expected = dict_path(texts, batch_properties, key_factory())
+    assert merged.properties == texts_of(expected)
+    assert [list(keys) for keys in merged.keys] == [index_keys(d) for d in expected]
+    if any("TAGS" in d for d in expected):
+        assert merged.tags == [d["TAGS"] for d in expected]
+    else:
+        assert merged.tags is None
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        [b"UNIQ_KEY\x01K0", b"UNIQ_KEY\x01K1"],
+        [
+            b"TAGS\x01t\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01K0",
+            b"TAGS\x01u\x02KEYS\x01k3\x02UNIQ_KEY\x01K1",
+        ],
+        [b"WAIT\x01true\x02TAGS\x01t", b"WAIT\x01false\x02TAGS\x01u"],
+        [b"CLUSTER\x01mine\x02UNIQ_KEY\x01K0", b"CLUSTER\x01yours\x02UNIQ_KEY\x01K1"],
+    ],
+)
+def test_common_batches_take_the_column_path(texts):
+    batch_properties = {"CLUSTER": "DefaultCluster"}
+    merged = merge_batch_properties(texts, batch_properties, key_factory())
+    assert merged is not None
+    assert merged.properties == texts_of(dict_path(texts, batch_properties, key_factory()))
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        [b"UNIQ_KEY\x01K0", b"TAGS\x01t\x02UNIQ_KEY\x01K1"],  # shapes differ
+        [b"UNIQ_KEY\x01K0\x02UNIQ_KEY\x01K9"],  # a name twice
+        [b"UNIQ_KEY\x01"],  # an empty value
+        [b"UNIQ_KEY\x01K0\x02garbage"],  # a piece without a separator
+        [b"DELAY\x013"],  # the broker must refuse it
+        [b"TAGS\x01\xff"],  # not UTF-8: stored as the dict path decodes it
+        [b""],
+    ],
+)
+def test_other_batches_are_left_to_the_dict_path(texts):
+    assert merge_batch_properties(texts, {"CLUSTER": "c"}, key_factory()) is None
+
+
+def raw_records(store, topic: str, count: int) -> list[bytes]:
+    found = store.get_messages(topic, 0, 0, count, 1 << 30)
+    assert found.message_count == count
+    records, position = [], 0
+    while position < len(found.body):
+        (size,) = struct.unpack_from(">i", found.body, position)
+        record = bytearray(found.body[position : position + size])
+        record[STORE_TIMESTAMP_POSITION : STORE_TIMESTAMP_POSITION + 8] = bytes(8)
+        records.append(bytes(record))
+        position += size
+    return records
+
+
+@pytest.mark.parametrize("count", [1, 5, 64])
+def test_put_batch_stores_what_put_messages_stores(tmp_path, count):
+    texts = [f"TAGS\x01t{n % 3}\x02KEYS\x01k{n}\x02UNIQ_KEY\x01U{n:031d}".encode()
+             for n in range(count)]
+    merged = merge_batch_properties(texts, {"CLUSTER": "DefaultCluster"}, key_factory())
+    assert merged is not None
+    batch = MessageBatch(
+        "Orders", 0, [bytes([n]) * (n + 1) for n in range(count)], merged.properties,
+        list(range(count)), merged.tags, merged.keys, sysflag=2, born_timestamp=1_700_000_000_000,
+        born_host="10.0.0.7:4242", reconsume_times=0,
+    )
+    with MemoryMessageStore(small_config(tmp_path / "a")) as columns, \
+            MemoryMessageStore(small_config(tmp_path / "b")) as reference:
+        result = columns.put_batch(batch)
+        assert result.status is PutStatus.PUT_OK and result.message_count == count
+        assert reference.put_messages(batch.to_store_messages()).status is PutStatus.PUT_OK
+        assert raw_records(columns, "Orders", count) == raw_records(reference, "Orders", count)
+        records = decode_records(columns.get_messages("Orders", 0, 0, count, 1 << 30).body)
+        assert [r.properties["KEYS"] for r in records] == [f"k{n}" for n in range(count)]
+        # Tag codes and index keys came from the columns: filter by tag, find by key.
+        tagged = columns.get_messages("Orders", 0, 0, count, 1 << 30,
+                                      tag_codes={tags_code("t1")})
+        assert [r.body for r in decode_records(tagged.body)] == [
+            bytes([n]) * (n + 1) for n in range(count) if n % 3 == 1
+        ]
+        assert columns.query_messages("Orders", f"k{count - 1}", 4, 0, 1 << 62).records
+        assert columns.query_messages("Orders", f"U{0:031d}", 4, 0, 1 << 62).records
+
+
+def test_put_batch_refuses_an_oversized_body_naming_the_limit(tmp_path):
+    with MemoryMessageStore(small_config(tmp_path, max_message_size=16)) as store:
+        batch = MessageBatch("Orders", 0, [b"x" * 17], [b"UNIQ_KEY\x01K"], [0], None, [("K",)])
+        result = store.put_batch(batch)
+        assert result.status is PutStatus.MESSAGE_ILLEGAL
+        assert "max_message_size=16" in result.remark
+        assert store.commit_log_max_offset() == 0
