@@ -25,7 +25,6 @@ asynchronous path (RocketMQ's sendAsync), limited only by the caller.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -34,13 +33,14 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tidemq.client.batch import check_batch, split_batch
-from tidemq.client.errors import SEND_RETRY_CODES, BrokerRejected, ClientStateError, NoRouteError
+from tidemq.client.errors import SEND_RETRY_CODES, BrokerRejected, NoRouteError
 from tidemq.client.instance import (
     HEARTBEAT_BROKER_INTERVAL_MS,
     POLL_NAME_SERVER_INTERVAL_MS,
     REQUEST_TIMEOUT_MS,
     ClientInstance,
 )
+from tidemq.client.lifecycle import ClientLifecycle, leave_quietly
 from tidemq.client.message import (
     Message,
     MessageQueue,
@@ -105,7 +105,7 @@ def default_namesrv() -> str:
     return os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
 
 
-class Producer:
+class Producer(ClientLifecycle):
     """Sends messages to tidemq (or RocketMQ 4.x) brokers. Use as ``async with``.
 
     Args:
@@ -173,7 +173,7 @@ class Producer:
         self._known_masters: set[str] = set()
         self._valid_topics: set[str] = set()
         self._default_topic_queue_nums_text = str(default_topic_queue_nums)
-        self._state = "new"
+        self._client_name = f"producer {group!r}"
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -188,38 +188,20 @@ class Producer:
         Raises:
             ClientStateError: the producer was closed.
         """
-        if self._state == "running":
+        if not self._begin_start():
             return
-        if self._state == "closed":
-            raise ClientStateError("producer is closed; create a new one")
         await self._instance.start()
         self._state = "running"
 
     async def close(self) -> None:
         """Unregister from the brokers and close all connections. Idempotent."""
-        if self._state == "closed":
+        was_running = self._begin_close()
+        if was_running is None:
             return
-        was_running = self._state == "running"
-        self._state = "closed"
         if was_running:
-            with contextlib.suppress(TimeoutError, RemotingError):
-                await asyncio.wait_for(self._instance.unregister(producer_group=self.group),
-                                       self._instance.request_timeout_ms / 1000)
+            await leave_quietly(self._instance, producer_group=self.group)
         await self._instance.close()
-
-    async def __aenter__(self) -> Producer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def _check_running(self) -> None:
-        if self._state != "running":
-            raise ClientStateError(
-                f"producer {self.group!r} is {self._state}; call start() (or use "
-                "'async with Producer(...)') before sending"
-            )
+        self._closed()
 
     # -- sending ---------------------------------------------------------------------------
 
