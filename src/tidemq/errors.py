@@ -91,3 +91,21 @@ class MessageTooLarge(ClientError):
 
 class InvalidTopicName(ClientError):
     """A topic name breaks RocketMQ's topic name rules."""
+
+
+class SqlFilterError(TidemqError):
+    """A SQL92 property filter expression does not parse, breaks a limit, or is illegal
+    (e.g. ``a > 'x'``).
+
+    ``position`` is the 0-based character offset in ``expression`` where the problem was
+    found (its length for "ended too early"); ``expected`` says what would have been
+    accepted there, when that is what went wrong.
+    """
+
+    def __init__(
+        self, message: str, *, expression: str, position: int, expected: str | None = None
+    ):
+        super().__init__(message)
+        self.expression = expression
+        self.position = position
+        self.expected = expected

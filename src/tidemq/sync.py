@@ -231,17 +231,20 @@ class PullConsumer(_Twin):
         """The client id, ``<ip>@<instance name>``."""
         return self._async.client_id
 
-    def subscribe(self, topic: str, expression: str | None = "*") -> None:
-        """Consume ``topic`` sharing its queues with the group."""
-        self._plain(self._async.subscribe, topic, expression)
+    def subscribe(self, topic: str, expression: str | None = "*", *,
+                  expression_type: str = "TAG") -> None:
+        """Consume ``topic`` sharing its queues with the group (TAG or SQL92 expression)."""
+        self._plain(self._async.subscribe, topic, expression, expression_type=expression_type)
 
     def unsubscribe(self, topic: str) -> None:
         """Stop consuming ``topic``."""
         self._plain(self._async.unsubscribe, topic)
 
-    def assign(self, queues: Iterable[MessageQueue], expression: str | None = "*") -> None:
-        """Consume exactly ``queues``."""
-        self._plain(self._async.assign, list(queues), expression)
+    def assign(self, queues: Iterable[MessageQueue], expression: str | None = "*", *,
+               expression_type: str = "TAG") -> None:
+        """Consume exactly ``queues`` (TAG or SQL92 expression)."""
+        self._plain(self._async.assign, list(queues), expression,
+                    expression_type=expression_type)
 
     def assignment(self) -> list[MessageQueue]:
         """The queues currently read."""
@@ -319,9 +322,10 @@ class PushConsumer(_Twin):
         """The client id, ``<ip>@<instance name>``."""
         return self._async.client_id
 
-    def subscribe(self, topic: str, expression: str | None = "*") -> None:
-        """Consume ``topic``'s messages matching ``expression``."""
-        self._plain(self._async.subscribe, topic, expression)
+    def subscribe(self, topic: str, expression: str | None = "*", *,
+                  expression_type: str = "TAG") -> None:
+        """Consume ``topic``'s messages matching ``expression`` (TAG or SQL92)."""
+        self._plain(self._async.subscribe, topic, expression, expression_type=expression_type)
 
     def unsubscribe(self, topic: str) -> None:
         """Stop consuming ``topic``."""

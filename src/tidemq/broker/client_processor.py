@@ -14,7 +14,15 @@ is read tolerantly:
 
 For each consumer group the heartbeat auto-creates the subscription group (when allowed),
 creates its retry topic ``%RETRY%<group>`` and registers the connection and subscriptions;
-members are told of changes by NOTIFY_CONSUMER_IDS_CHANGED (see ``client_manager``).
+members are told of changes by NOTIFY_CONSUMER_IDS_CHANGED (see ``client_manager``). SQL92
+subscriptions are compiled into the broker's ``ConsumerFilterTable`` right away (RocketMQ's
+ConsumerFilterManager.register); one that does not compile is logged, and that group's pulls
+are answered FILTER_DATA_NOT_EXIST naming the problem.
+
+CHECK_CLIENT_CONFIG (46), sent by Java push and lite-pull consumers at start (§4.17): a TAG
+subscription -> SUCCESS; SQL92 while enablePropertyFilter=false -> SYSTEM_ERROR naming the
+setting; SQL92 that does not compile -> SUBSCRIPTION_PARSE_FAILED naming the position and
+what was expected; else SUCCESS.
 """
 
 from __future__ import annotations
@@ -34,7 +42,8 @@ from tidemq.broker.client_manager import (
     message_model_name,
 )
 from tidemq.broker.config import PERM_READ, PERM_WRITE
-from tidemq.errors import HeaderFieldError, RemoteProtocolError
+from tidemq.errors import HeaderFieldError, RemoteProtocolError, SqlFilterError
+from tidemq.filter.sql92 import compile_sql92
 from tidemq.limits import topic_name_problem
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import LanguageCode, ResponseCode
@@ -235,6 +244,7 @@ class ClientManageProcessor:
                 subscriptions=consumer.subscriptions,
                 notify=notify and config.notify_consumer_ids_changed_enable,
             )
+            self._register_filters(group, consumer.subscriptions)
         for group in heartbeat.producer_groups:
             services.producer_manager.register(
                 group,
@@ -242,6 +252,19 @@ class ClientManageProcessor:
             )
         services.watch_connection(connection)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    def _register_filters(self, group: str, subscriptions: list[SubscriptionData]) -> None:
+        table = self._services.consumer_filter_table
+        for subscription in subscriptions:
+            if subscription.expression_type != EXPRESSION_TYPE_SQL92:
+                continue
+            current = table.get(group, subscription.topic)
+            data = table.register(group, subscription.topic, subscription.sub_string,
+                                  subscription.sub_version)
+            if data.problem is not None and data is not current:
+                log.warning("consumer group %s subscribes %s with a SQL92 expression that does "
+                            "not compile; its pulls will fail until it is fixed: %s",
+                            group, subscription.topic, data.problem)
 
     async def unregister_client(
         self, request: RemotingCommand, connection: Connection
@@ -312,11 +335,14 @@ class ClientManageProcessor:
                 request, ResponseCode.SYSTEM_ERROR,
                 "SQL92 filter is not enabled (set enablePropertyFilter=true)",
             )
-        return _error(
-            request, ResponseCode.SYSTEM_ERROR,
-            f"SQL92 filtering is not supported by this broker yet (subscription to "
-            f"{subscription.topic}: {subscription.sub_string!r}); subscribe with a TAG expression",
-        )
+        try:
+            compile_sql92(subscription.sub_string)
+        except SqlFilterError as e:
+            return _error(
+                request, ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"the SQL92 subscription to {subscription.topic} does not compile: {e}",
+            )
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def get_consumer_connection_list(
         self, request: RemotingCommand, connection: Connection

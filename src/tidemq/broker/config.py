@@ -134,6 +134,10 @@ class BrokerConfig:
     )
     slave_read_enable: bool = field(default=False, metadata=_key("slaveReadEnable"))
     enable_property_filter: bool = field(default=False, metadata=_key("enablePropertyFilter"))
+    # With SQL92 subscriptions, also filter the messages of %RETRY%<group> by the SQL92
+    # expression of the topic each was first sent to (RocketMQ's default: retries are not
+    # filtered, they were already filtered once).
+    filter_support_retry: bool = field(default=False, metadata=_key("filterSupportRetry"))
     # maxNum of a unique-key QUERY_MESSAGE.
     default_query_max_num: int = field(default=32, metadata=_key("defaultQueryMaxNum", min=1))
     # Transactions (protocol-notes §11.1, RocketMQ's defaults): a half message is first checked

@@ -2,8 +2,8 @@
 
 BrokerConfig fields used: longPollingEnable, shortPollingTimeMills, flushConsumerOffsetInterval,
 channelExpiredTimeout, notifyConsumerIdsChangedEnable, autoCreateSubscriptionGroup,
-slaveReadEnable, brokerPermission, brokerRole, enablePropertyFilter, defaultQueryMaxNum,
-brokerName (remarks). StoreConfig fields used: storePathRootDir (config/ files).
+slaveReadEnable, brokerPermission, brokerRole, enablePropertyFilter, filterSupportRetry,
+defaultQueryMaxNum, brokerName (remarks). StoreConfig fields used: storePathRootDir (config/ files).
 
 ``BrokerController`` builds ``ConsumptionServices(self)`` once its store and topic config
 manager exist. Construction loads ``config/consumerOffset.json`` and
@@ -14,6 +14,7 @@ manager exist. Construction loads ``config/consumerOffset.json`` and
     consumer_manager             ConsumerManager      (consumer groups from heartbeats)
     producer_manager             ProducerManager
     pull_hold_service            PullRequestHoldService (long polling)
+    consumer_filter_table        ConsumerFilterTable    (compiled SQL92 filters by group, topic)
     lock_manager                 RebalanceLockManager   (orderly consumers' queue locks)
 
 ``register(server)`` registers the processors of PULL_MESSAGE, HEART_BEAT,
@@ -54,6 +55,7 @@ from tidemq.broker.pull_hold_service import (
 from tidemq.broker.pull_processor import PullMessageProcessor
 from tidemq.broker.query_processor import QueryMessageProcessor
 from tidemq.broker.subscription_group_manager import SubscriptionGroupManager
+from tidemq.filter.consumer_filters import ConsumerFilterTable
 from tidemq.protocol.codes import RequestCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import NotifyConsumerIdsChangedRequestHeader
@@ -108,6 +110,7 @@ class ConsumptionServices:
             self._now_ms, channel_expired_ms=config.channel_expired_timeout_ms
         )
         self.lock_manager = RebalanceLockManager(clock_ms=self._now_ms)
+        self.consumer_filter_table = ConsumerFilterTable()
         self.pull_processor = PullMessageProcessor(self)
         self.pull_hold_service = PullRequestHoldService(
             broker.store,
@@ -130,6 +133,7 @@ class ConsumptionServices:
         broker.producer_manager = self.producer_manager
         broker.pull_hold_service = self.pull_hold_service
         broker.lock_manager = self.lock_manager
+        broker.consumer_filter_table = self.consumer_filter_table
 
     def register(self, server: RemotingServer) -> None:
         """Register the consumption processors on ``server``."""

@@ -16,10 +16,20 @@ with RocketMQ's response code and a remark that names the thing and the fix:
                                                                 SUBSCRIPTION_NOT_LATEST;
    broadcasting only when consumeBroadcastEnable                NO_PERMISSION
 9. SQL92 only with enablePropertyFilter                         SYSTEM_ERROR
+10. SQL92: the group's compiled filter (``ConsumerFilterTable``): a ``subscription`` header
+    that does not compile                                      SUBSCRIPTION_PARSE_FAILED;
+    a heartbeat expression that does not compile               FILTER_DATA_NOT_EXIST;
+    filter older than the pull's subVersion                    FILTER_DATA_NOT_LATEST
 
-Then the store is read (TAG subscriptions filter by tag code; ``*`` reads everything) and
-the store's status becomes the response code, always with the four header fields
-suggestWhichBrokerId, nextBeginOffset, minOffset and maxOffset:
+Then the store is read (TAG subscriptions filter by tag code; ``*`` and SQL92 read
+everything) and the store's status becomes the response code, always with the four header
+fields suggestWhichBrokerId, nextBeginOffset, minOffset and maxOffset. A SQL92 subscription
+then keeps the records whose properties (TAGS included) the expression matches; the others
+are skipped as a tag filter skips them: nextBeginOffset still moves past them, and a read
+whose records all fail the filter is a NO_MATCHED_MESSAGE. With filterSupportRetry, the
+records of ``%RETRY%<group>`` are filtered by the group's SQL92 expression of the topic each
+was first sent to (RETRY_TOPIC); without it (the default, as RocketMQ) they are not. TAG
+subscriptions take no per-message step here.
 
     FOUND                                        SUCCESS (0), body = the stored records as they are
     NO_MATCHED_MESSAGE, MESSAGE_WAS_REMOVING     PULL_RETRY_IMMEDIATELY (20)
@@ -35,6 +45,7 @@ stored for the group (not on a slave), once, when the pull first arrives.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tidemq.broker.client_manager import (
@@ -46,10 +57,13 @@ from tidemq.broker.client_manager import (
 )
 from tidemq.broker.config import PERM_READ, BrokerRole
 from tidemq.broker.pull_hold_service import PullMode
-from tidemq.errors import HeaderFieldError
+from tidemq.errors import CorruptRecord, HeaderFieldError
+from tidemq.filter.consumer_filters import FilterData
+from tidemq.filter.record_filter import filter_records
 from tidemq.protocol.codes import ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from tidemq.protocol.message import PROPERTY_RETRY_TOPIC
 from tidemq.store.interface import GetResult, GetStatus
 
 if TYPE_CHECKING:
@@ -66,6 +80,11 @@ PULL_FLAG_CLASS_FILTER = 0x8
 PULL_FLAG_LITE_PULL = 0x10
 
 MASTER_ID = 0
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+
+# A record filter: the properties of one stored message -> deliver it?
+RecordTest = Callable[[dict[str, str]], bool]
 
 # Per-pull transfer bounds. RocketMQ stops at 32 messages / 256 KiB when the data is in
 # memory; Java and C++ consumers ask for 32 anyway. We let a client that asks for more (the
@@ -149,6 +168,15 @@ class PullMessageProcessor:
         if refusal is not None:
             return refusal
         assert subscription is not None and group_config is not None
+        record_test: RecordTest | None = None
+        if subscription.expression_type == EXPRESSION_TYPE_SQL92:
+            refusal, record_test = self._sql_filter(request, header, subscription)
+            if refusal is not None:
+                return refusal
+        elif self._broker.config.filter_support_retry and header.topic.startswith(
+            RETRY_GROUP_TOPIC_PREFIX
+        ):
+            record_test = self._retry_filter(header.consumer_group)
         broker = self._broker
         config = broker.config
         result = broker.store.get_messages(
@@ -159,6 +187,8 @@ class PullMessageProcessor:
             PULL_TRANSFER_BYTES_MAX,
             subscription.code_set,
         )
+        if record_test is not None and result.status is GetStatus.FOUND:
+            result = _filter_result(result, record_test, header)
         code = _response_code(result, header.queue_offset)
         if mode is PullMode.WAKE and (
             code == ResponseCode.PULL_NOT_FOUND
@@ -326,13 +356,66 @@ class PullMessageProcessor:
                 request, ResponseCode.SYSTEM_ERROR,
                 "SQL92 filter is not enabled (set enablePropertyFilter=true)",
             )
-        # The SQL92 evaluator is a later piece of work; refuse rather than deliver messages
-        # the expression would have filtered out.
-        return _error(
-            request, ResponseCode.SYSTEM_ERROR,
-            f"SQL92 filtering is not supported by this broker yet (subscription to "
-            f"{subscription.topic}: {subscription.sub_string!r}); subscribe with a TAG expression",
-        )
+        return None
+
+    def _sql_filter(
+        self,
+        request: RemotingCommand,
+        header: PullMessageRequestHeader,
+        subscription: SubscriptionData,
+    ) -> tuple[RemotingCommand | None, RecordTest | None]:
+        """The group's compiled SQL92 filter of the topic, or the refusal (step 10)."""
+        table = self._services.consumer_filter_table
+        group = header.consumer_group
+        from_header = bool(header.sys_flag & PULL_FLAG_SUBSCRIPTION)
+        data = table.get(group, header.topic)
+        if data is None or data.text != subscription.sub_string or (
+            data.sub_version < subscription.sub_version
+        ):
+            data = table.register(group, header.topic, subscription.sub_string,
+                                  subscription.sub_version)
+        if data.problem is not None:
+            code = (ResponseCode.SUBSCRIPTION_PARSE_FAILED if from_header
+                    else ResponseCode.FILTER_DATA_NOT_EXIST)
+            return _error(
+                request, code,
+                f"the SQL92 subscription of group {group} to {header.topic} does not compile, "
+                f"so the broker has no filter for it: {data.problem}",
+            ), None
+        if not from_header and data.sub_version < header.sub_version:
+            return _error(
+                request, ResponseCode.FILTER_DATA_NOT_LATEST,
+                f"the SQL92 filter of group {group} on {header.topic} is version "
+                f"{data.sub_version}, older than the pull's {header.sub_version}; send "
+                "HEART_BEAT with the new subscription",
+            ), None
+        return None, _matches(data)
+
+    def _retry_filter(self, group: str) -> RecordTest | None:
+        """filterSupportRetry: test retried messages against the group's SQL92 filter of the
+        topic each was first sent to; None when the group has no SQL92 subscription."""
+        info = self._services.consumer_manager.get(group)
+        if info is None:
+            return None
+        table = self._services.consumer_filter_table
+        filters: dict[str, RecordTest] = {}
+        for topic, subscription in info.subscriptions.items():
+            if subscription.expression_type != EXPRESSION_TYPE_SQL92:
+                continue
+            data = table.get(group, topic)
+            if data is None or data.text != subscription.sub_string:
+                data = table.register(group, topic, subscription.sub_string,
+                                      subscription.sub_version)
+            if data.expression is not None:
+                filters[topic] = _matches(data)
+        if not filters:
+            return None
+
+        def test(properties: dict[str, str]) -> bool:
+            original = filters.get(properties.get(PROPERTY_RETRY_TOPIC, ""))
+            return original is None or original(properties)
+
+        return test
 
     def _subscription_from_header(self, header: PullMessageRequestHeader) -> SubscriptionData:
         key = (header.topic, header.subscription, header.expression_type)
@@ -345,6 +428,34 @@ class PullMessageProcessor:
             )
             self._subscription_cache[key] = subscription
         return subscription
+
+
+def _matches(data: FilterData) -> RecordTest:
+    expression = data.expression
+    assert expression is not None
+    return expression.matches
+
+
+def _filter_result(
+    result: GetResult, record_test: RecordTest, header: PullMessageRequestHeader
+) -> GetResult:
+    """Keep the records of a FOUND read that pass ``record_test``; none -> NO_MATCHED_MESSAGE.
+
+    The offsets stay those of the read: the consumer moves past the skipped records.
+    """
+    try:
+        body, kept, dropped = filter_records(result.body, record_test)
+    except CorruptRecord as e:
+        # Not the consumer's doing, and no reason to hand it records it did not ask for:
+        # skip this read as unmatched and say why in the log.
+        log.error("pull of %s queue %d at offset %d: %s", header.topic, header.queue_id,
+                  header.queue_offset, e)
+        body, kept, dropped = b"", 0, result.message_count
+    if not dropped:
+        return result
+    status = GetStatus.FOUND if kept else GetStatus.NO_MATCHED_MESSAGE
+    return GetResult(status, result.next_begin_offset, result.min_offset, result.max_offset,
+                     body, kept)
 
 
 # Keyed by the status's value: hashing a str is cheaper than hashing an Enum member, and this

@@ -16,7 +16,7 @@ from typing import Any
 from tidemq.client.errors import BrokerRejected
 from tidemq.client.instance import ClientInstance, check_response
 from tidemq.client.message import MessageQueue, PullResult, PullStatus
-from tidemq.client.subscription import EXPRESSION_TYPE_TAG, Subscription
+from tidemq.client.subscription import Subscription
 from tidemq.errors import HeaderFieldError, RemoteProtocolError
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
@@ -71,7 +71,9 @@ async def pull_message(
     """PULL_MESSAGE: up to ``max_nums`` messages of ``queue`` from ``offset``.
 
     The subscription travels with the request (SUBSCRIPTION flag), so no heartbeat is needed
-    first. With ``suspend_timeout_ms`` > 0 the broker may hold the request that long waiting
+    first; a TAG subscription's messages are checked again here by tag string (the broker
+    filters by tag hash), a SQL92 one's are not (the broker alone evaluates SQL92).
+    With ``suspend_timeout_ms`` > 0 the broker may hold the request that long waiting
     for a message (long polling). A ``commit_offset`` > 0 is stored by the broker as the
     group's offset of the queue on the way (COMMIT_OFFSET flag), as a push consumer does with
     every pull; ``lite`` marks a lite-pull consumer's request (LITE_PULL flag).
@@ -104,7 +106,7 @@ async def pull_message(
         "suspendTimeoutMillis": str(suspend_timeout_ms),
         "subscription": subscription.expression,
         "subVersion": str(subscription.version_ms),
-        "expressionType": EXPRESSION_TYPE_TAG,
+        "expressionType": subscription.expression_type,
     }
     if timeout_ms is None:
         timeout_ms = (suspend_timeout_ms + PULL_RESPONSE_GRACE_MS if suspend_timeout_ms

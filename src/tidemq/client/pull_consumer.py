@@ -4,11 +4,13 @@ Theory of operation
 -------------------
 Queues come from one of two modes:
 
-- ``subscribe(topic, expression)``: the group shares the topic's queues (protocol-notes §12,
-  the same rule Java consumers use). The consumer heartbeats its subscriptions to every
-  master (CONSUME_ACTIVELY), asks a broker for the group's members, and takes its block of
-  queues; it re-balances every 20 s and when a broker announces a membership change
-  (NOTIFY_CONSUMER_IDS_CHANGED).
+- ``subscribe(topic, expression, expression_type="TAG")``: the group shares the topic's
+  queues (protocol-notes §12, the same rule Java consumers use). ``expression_type="SQL92"``
+  filters by message properties at the broker (``subscription``); ``start`` then asks every
+  master of the topic (CHECK_CLIENT_CONFIG) whether it can, and fails if one cannot. The
+  consumer heartbeats its subscriptions to every master (CONSUME_ACTIVELY), asks a broker
+  for the group's members, and takes its block of queues; it re-balances every 20 s and
+  when a broker announces a membership change (NOTIFY_CONSUMER_IDS_CHANGED).
 - ``assign(queues)``: exactly these queues, no group coordination.
 
 Each assigned queue has a fetch task that pulls (PULL_MESSAGE, ``pull_batch_size`` at a time,
@@ -51,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemq.client import broker_api
-from tidemq.client.errors import InvalidSubscription, NoRouteError
+from tidemq.client.errors import BrokerRejected, InvalidSubscription, NoRouteError
 from tidemq.client.instance import (
     HEARTBEAT_BROKER_INTERVAL_MS,
     POLL_NAME_SERVER_INTERVAL_MS,
@@ -62,7 +64,11 @@ from tidemq.client.lifecycle import ClientLifecycle, cancel_tasks, leave_quietly
 from tidemq.client.message import MessageQueue, PullResult, PullStatus
 from tidemq.client.producer import default_namesrv
 from tidemq.client.rebalance import allocate_averagely
-from tidemq.client.subscription import Subscription, parse_tag_expression
+from tidemq.client.subscription import (
+    EXPRESSION_TYPE_TAG,
+    Subscription,
+    parse_subscription,
+)
 from tidemq.errors import ClientError, InvalidTopicName, TidemqError
 from tidemq.limits import group_name_problem, topic_name_problem
 from tidemq.protocol import jsonx
@@ -101,6 +107,46 @@ async def back_off_after_pull_error(
     await asyncio.sleep(
         PULL_DELAY_AFTER_TRANSPORT_ERROR_S if transport else PULL_DELAY_AFTER_BROKER_ERROR_S
     )
+
+
+async def check_subscriptions_at_brokers(
+    instance: ClientInstance, group: str, subscriptions: Iterable[Subscription]
+) -> None:
+    """CHECK_CLIENT_CONFIG for each SQL92 subscription at every master of its topic, as Java
+    consumers do at start (protocol-notes §4.17). TAG subscriptions need no check.
+
+    Raises:
+        InvalidSubscription: a broker refused one (SQL92 not enabled there, or the
+            expression does not compile); the message carries the broker's remark and the fix.
+        RemotingError: a broker could not be asked.
+    """
+    for subscription in subscriptions:
+        if not subscription.is_sql92:
+            continue
+        route = await instance.route(subscription.topic)
+        if route is None:
+            log.warning("consumer %s: no route for topic %r yet; its SQL92 subscription is not "
+                        "checked at the brokers", group, subscription.topic)
+            continue
+        body = jsonx.dumps({"clientId": instance.client_id, "group": group,
+                            "subscriptionData": subscription.to_json()})
+        for broker_name, address in sorted(route.master_addresses().items()):
+            response = await instance.invoke(address, RequestCode.CHECK_CLIENT_CONFIG,
+                                             body=body)
+            if response.code == ResponseCode.SUCCESS:
+                continue
+            refusal = BrokerRejected("CHECK_CLIENT_CONFIG", response.code, response.remark,
+                                     address, retriable=False)
+            fix = ("set enablePropertyFilter=true in that broker's config and restart it, or "
+                   "subscribe with a TAG expression"
+                   if response.code == ResponseCode.SYSTEM_ERROR
+                   else "correct the expression")
+            raise InvalidSubscription(
+                f"consumer group {group} cannot subscribe {subscription.topic!r} with SQL92 "
+                f"{subscription.expression!r}: broker {broker_name} refused it ({refusal}); "
+                f"{fix}",
+                code=response.code,
+            )
 
 
 class ConsumeFrom(enum.Enum):
@@ -257,6 +303,8 @@ class PullConsumer(ClientLifecycle):
 
         Raises:
             ClientStateError: the consumer was closed.
+            InvalidSubscription: a broker cannot serve a SQL92 subscription (the consumer is
+                closed then; create a new one once the broker is fixed).
         """
         if not self._begin_start():
             return
@@ -264,6 +312,13 @@ class PullConsumer(ClientLifecycle):
         self._space_freed = asyncio.Event()
         self._rebalance_requested = asyncio.Event()
         await self._instance.start()
+        try:
+            await check_subscriptions_at_brokers(self._instance, self.group,
+                                                 list(self._subscriptions.values()))
+        except BaseException:
+            self._closed()
+            await self._instance.close()
+            raise
         self._state = "running"
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._commit_loop()))
@@ -306,13 +361,18 @@ class PullConsumer(ClientLifecycle):
 
     # -- what to consume -------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str | None = "*") -> None:
-        """Consume ``topic`` (tags matching ``expression``) sharing its queues with the group.
+    def subscribe(self, topic: str, expression: str | None = "*", *,
+                  expression_type: str = EXPRESSION_TYPE_TAG) -> None:
+        """Consume ``topic`` sharing its queues with the group: messages whose tag matches
+        ``expression`` (``"*"``, or tags joined by ``||``), or with
+        ``expression_type="SQL92"`` messages whose properties satisfy it (``"a > 5"``; the
+        broker needs ``enablePropertyFilter=true``).
 
         May be called before or after ``start``; a running consumer re-balances at once.
 
         Raises:
-            InvalidSubscription: the consumer already uses ``assign``, or a bad expression.
+            InvalidSubscription: the consumer already uses ``assign``, or a bad expression
+                or expression type.
             InvalidTopicName: a bad topic name.
         """
         self._check_topic(topic)
@@ -320,8 +380,9 @@ class PullConsumer(ClientLifecycle):
             raise InvalidSubscription(
                 "this consumer uses assign(); subscribe() and assign() cannot be mixed"
             )
+        subscription = parse_subscription(topic, expression, expression_type)
         self._mode = "subscribe"
-        self._subscriptions[topic] = parse_tag_expression(topic, expression)
+        self._subscriptions[topic] = subscription
         if self._state == "running":
             self._request_rebalance()
 
@@ -331,8 +392,10 @@ class PullConsumer(ClientLifecycle):
         if self._state == "running":
             self._request_rebalance()
 
-    def assign(self, queues: Iterable[MessageQueue], expression: str | None = "*") -> None:
-        """Consume exactly ``queues`` (no group coordination), filtered by ``expression``.
+    def assign(self, queues: Iterable[MessageQueue], expression: str | None = "*", *,
+               expression_type: str = EXPRESSION_TYPE_TAG) -> None:
+        """Consume exactly ``queues`` (no group coordination), filtered by ``expression``
+        (a TAG expression, or SQL92 with ``expression_type="SQL92"``).
 
         Replaces any previous assignment; queues kept keep their positions.
 
@@ -349,7 +412,8 @@ class PullConsumer(ClientLifecycle):
         for queue in wanted:
             if queue.topic not in subscriptions:
                 self._check_topic(queue.topic)
-                subscriptions[queue.topic] = parse_tag_expression(queue.topic, expression)
+                subscriptions[queue.topic] = parse_subscription(queue.topic, expression,
+                                                                expression_type)
         self._subscriptions = subscriptions
         self._set_assignment(wanted)
 
@@ -552,6 +616,7 @@ class PullConsumer(ClientLifecycle):
         max_nums: int = PULL_BATCH_SIZE,
         *,
         expression: str | None = "*",
+        expression_type: str = EXPRESSION_TYPE_TAG,
         suspend_timeout_ms: int = 0,
         timeout_ms: int | None = None,
     ) -> PullResult:
@@ -561,8 +626,10 @@ class PullConsumer(ClientLifecycle):
             queue: the queue.
             offset: the queue offset to read from.
             max_nums: messages at most (the broker caps a pull at 32 from memory).
-            expression: tag expression; non-matching messages are left out (the result's
-                ``next_begin_offset`` still moves past them).
+            expression: tag expression (or SQL92 text with ``expression_type="SQL92"``);
+                non-matching messages are left out (the result's ``next_begin_offset`` still
+                moves past them).
+            expression_type: ``"TAG"`` or ``"SQL92"``.
             suspend_timeout_ms: > 0 lets the broker hold the pull that long when the queue
                 has nothing new (long polling).
             timeout_ms: request timeout (default: request timeout, or the hold plus 10 s).
@@ -572,6 +639,7 @@ class PullConsumer(ClientLifecycle):
 
         Raises:
             BrokerRejected, RemotingError, NoRouteError, ClientStateError.
+            InvalidSubscription: a bad expression or expression type.
         """
         self._check_running()
         address = self._instance.read_address(queue.broker_name)
@@ -583,7 +651,7 @@ class PullConsumer(ClientLifecycle):
                     f"no address known for broker {queue.broker_name!r} of topic "
                     f"{queue.topic!r}; is it registered with the name server?"
                 )
-        subscription = parse_tag_expression(queue.topic, expression)
+        subscription = parse_subscription(queue.topic, expression, expression_type)
         return await broker_api.pull_message(
             self._instance, address, self.group, queue, offset, max_nums, subscription,
             suspend_timeout_ms=suspend_timeout_ms, timeout_ms=timeout_ms,

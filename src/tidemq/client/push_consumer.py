@@ -35,7 +35,9 @@ RocketMQ's DefaultMQPushConsumer, on one asyncio event loop:
 - **Consuming** (``consume_service``): concurrently in batches of
   ``consume_message_batch_max_size``, or orderly per queue under the queue's broker lock.
   Messages pulled from ``%RETRY%<group>`` are shown with their original topic (RETRY_TOPIC).
-  A tag filter is applied by the broker (tag hash) and again here (tag string).
+  A tag filter is applied by the broker (tag hash) and again here (tag string); a SQL92
+  filter (``subscribe(topic, "a > 5", expression_type="SQL92")``) by the broker alone, which
+  ``start`` first asks (CHECK_CLIENT_CONFIG) whether it can.
 - **Failures**: a concurrent consumer sends failed messages back to the broker for a delayed
   retry (``send_back``), to the dead letters after ``max_reconsume_times``; an orderly
   consumer retries the same messages locally after ``suspend_current_queue_time_ms``, and
@@ -93,11 +95,17 @@ from tidemq.client.pull_consumer import (
     CONSUME_TIMESTAMP_AGO_MS,
     ConsumeFrom,
     back_off_after_pull_error,
+    check_subscriptions_at_brokers,
 )
 from tidemq.client.push_rebalance import PushRebalance
 from tidemq.client.rebalance import AllocationStrategy, allocation_strategy
 from tidemq.client.send_back import CLIENT_INNER_PRODUCER_GROUP, SendBack, retry_topic
-from tidemq.client.subscription import Subscription, parse_tag_expression
+from tidemq.client.subscription import (
+    EXPRESSION_TYPE_TAG,
+    Subscription,
+    parse_subscription,
+    parse_tag_expression,
+)
 from tidemq.errors import InvalidTopicName, TidemqError
 from tidemq.limits import group_name_problem, topic_name_problem
 from tidemq.protocol.codes import RequestCode
@@ -300,18 +308,23 @@ class PushConsumer(ClientLifecycle):
         """True for CLUSTERING (the group shares queues), False for BROADCASTING."""
         return self.message_model is MessageModel.CLUSTERING
 
-    def subscribe(self, topic: str, expression: str | None = "*") -> None:
+    def subscribe(self, topic: str, expression: str | None = "*", *,
+                  expression_type: str = EXPRESSION_TYPE_TAG) -> None:
         """Consume ``topic``'s messages whose tag matches ``expression`` (``"*"``, or tags
-        joined by ``||``). May be called again to change the expression, also after start.
+        joined by ``||``), or with ``expression_type="SQL92"`` whose properties satisfy it
+        (``"region = 'eu' AND amount > 100"``; the brokers need
+        ``enablePropertyFilter=true``, which ``start`` checks). May be called again to change
+        the expression, also after start.
 
         Raises:
             InvalidTopicName: a bad topic name.
-            InvalidSubscription: a bad expression.
+            InvalidSubscription: a bad expression or expression type (for SQL92 the message
+                names the position and what was expected).
         """
         problem = topic_name_problem(topic)
         if problem is not None:
             raise InvalidTopicName(problem)
-        self._subscriptions[topic] = parse_tag_expression(topic, expression)
+        self._subscriptions[topic] = parse_subscription(topic, expression, expression_type)
         self._subscriptions_changed()
 
     def unsubscribe(self, topic: str) -> None:
@@ -375,7 +388,9 @@ class PushConsumer(ClientLifecycle):
 
         Raises:
             ClientStateError: no listener registered, or the consumer was closed.
-            InvalidSubscription: nothing subscribed.
+            InvalidSubscription: nothing subscribed, or a broker cannot serve a SQL92
+                subscription (not enabled there, or it does not compile); the consumer is
+                closed then: create a new one once the broker is fixed.
             RemoteProtocolError: broadcasting, and the offsets file is unreadable.
         """
         if not self._begin_start():
@@ -395,14 +410,23 @@ class PushConsumer(ClientLifecycle):
         self._consume_service = self._build_consume_service(self._listener)
         self._rebalance_requested = asyncio.Event()
         await self.instance.start()
-        self._state = "running"
-        self._consume_service.start()
         for topic in self.topics():
             self.instance.topics_of_interest.add(topic)
             try:
                 await self.instance.route(topic)
             except (RemotingError, TidemqError) as e:
                 log.warning("consumer %s: no route for topic %r yet: %s", self.group, topic, e)
+        try:
+            await check_subscriptions_at_brokers(self.instance, self.group,
+                                                 list(self._subscriptions.values()))
+        except BaseException:
+            self._closed()
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
+            await self.instance.close()
+            raise
+        self._state = "running"
+        self._consume_service.start()
         await self.instance.send_heartbeat()
         await self._rebalance_quietly()
         loop = asyncio.get_running_loop()
