@@ -19,7 +19,7 @@ compressed.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tidemq.client.errors import InvalidMessage
@@ -33,6 +33,8 @@ from tidemq.protocol.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     encode_properties,
 )
+from tidemq.protocol.msgid import new_unique_key as process_unique_key
+from tidemq.protocol.msgid import new_unique_keys
 
 RETRY_TOPIC_PREFIX = "%RETRY%"
 
@@ -92,13 +94,15 @@ def check_batch(messages: Sequence[Message], max_message_size: int) -> str:
 
 def split_batch(
     messages: Sequence[Message],
-    new_unique_key,
+    new_unique_key: Callable[[], str] | None = None,
     max_message_size: int = MESSAGE_BODY_SIZE_MAX,
 ) -> list[BatchChunk]:
     """Encode ``messages`` (already checked) into request-sized chunks, in order.
 
     Each message gets a UNIQ_KEY property from ``new_unique_key()`` unless it has one (so the
     caller can read it afterwards, and a re-sent message keeps its id, as in RocketMQ).
+    None, or ``tidemq.protocol.msgid.new_unique_key`` itself, means the process's own keys,
+    then made for the whole batch in one run (``new_unique_keys``).
 
     Raises:
         MessageTooLarge: one message's entry alone is over ``max_message_size``, or its
@@ -112,6 +116,10 @@ def split_batch(
     chunk_size = 0
     pack_head = _BATCH_ENTRY_HEAD.pack
     pack_int16 = _PROPERTIES_LENGTH.pack
+    if new_unique_key is None or new_unique_key is process_unique_key:
+        # One key per message that may need one: a re-sent message keeps its own, and the
+        # counter values made for it go unused, which costs nothing but the values.
+        new_unique_key = iter(new_unique_keys(len(messages))).__next__
     for message in messages:
         properties = message.properties
         if not properties:

@@ -130,12 +130,12 @@ class ConsumeQueueDispatcher:
 
 
 class IndexDispatcher:
-    """Puts each record's keys into the index: a batch in one ``put_many`` when the index
+    """Puts each record's keys into the index: a batch in one ``put_columns`` when the index
     has it (IndexService), else one ``put`` per record."""
 
     def __init__(self, index: KeyIndex) -> None:
         self.index = index
-        self._put_many = getattr(index, "put_many", None)
+        self._put_columns = getattr(index, "put_columns", None)
 
     def dispatch(self, batch: DispatchBatch) -> None:
         """Index every record of the batch under its keys (records with none are skipped)."""
@@ -143,9 +143,8 @@ class IndexDispatcher:
             return
         topic = batch.topic
         timestamp = batch.store_timestamp
-        if self._put_many is not None and len(batch.keys) > 1:
-            self._put_many(topic, list(zip(batch.physical_offsets, batch.keys, strict=True)),
-                           timestamp)
+        if self._put_columns is not None and len(batch.keys) > 1:
+            self._put_columns(topic, batch.physical_offsets, batch.keys, timestamp)
             return
         put = self.index.put
         for physical_offset, keys in zip(batch.physical_offsets, batch.keys, strict=True):

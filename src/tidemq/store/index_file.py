@@ -30,9 +30,11 @@ offset and time. Files are created sparse (truncate, never written with zeros) a
 There is no checksum: the index is derived data, rebuilt from the commit log.
 
 A message is indexed under ``topic#UNIQ_KEY`` and ``topic#<each KEYS token>``. A batch of
-messages (``put_many``) writes exactly the bytes its messages put one by one would: its keys
-are hashed together, its entries (consecutive) packed at once and its slots read and written
-in one pass each, unless two of its keys share a slot, which then go one by one.
+messages (``put_columns``, ``put_many``) writes exactly the bytes its messages put one by one
+would: its keys are hashed together (key position by key position when every message has
+as many), its slots' chain heads read with one call, its entries (consecutive) written field
+by field, each field of all entries one strided copy into the mapped file, and its slots
+set in one loop, unless two of its keys share a slot, which then go one by one.
 
 A query hashes ``topic#key``, reads the slot and walks the chain backwards (entries only ever
 point to older entries), keeping offsets whose keyHash matches and whose time
@@ -47,11 +49,11 @@ point, and ``put`` skips messages at or below ``last_update_physical_offset``, s
 never indexes a message twice. Entries of a deleted file that precede the recovery point are
 not rebuilt (RocketMQ behaves the same): queries by key for those messages find nothing.
 
-Threads: ``put`` and ``put_many`` run on the dispatching thread, ``query`` on request
-threads, ``flush`` on the flush thread and ``delete_files_below`` on retention. All take the
-service's lock; a query walks at most ``max_index_num`` entries per file, so it holds the lock
-for a bounded time, and ``flush`` waits for the disk outside it (a second lock keeps files
-from closing meanwhile).
+Threads: ``put``, ``put_columns`` and ``put_many`` run on the dispatching thread, ``query``
+on request threads, ``flush`` on the flush thread and ``delete_files_below`` on retention. All
+take the service's lock; a query walks at most ``max_index_num`` entries per file, so it holds
+the lock for a bounded time, and ``flush`` waits for the disk outside it (a second lock keeps
+files from closing meanwhile).
 
 Disk full: the files are sparse, so blocks are allocated when a page is first written through
 the mapping; on a full disk that write faults (SIGBUS), as with any mmap'd sparse file. The
@@ -69,14 +71,13 @@ import sys
 import threading
 import time
 from array import array
-from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import chain, repeat
-from operator import and_, mod
+from operator import itemgetter, mod
 from pathlib import Path
 
 from tidemq.errors import StoreError
-from tidemq.protocol.message import java_string_hash, java_string_hashes
+from tidemq.protocol.message import java_string_abs_hashes, java_string_hash
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +107,10 @@ _SLOT_TYPECODE = "I"
 assert array(_SLOT_TYPECODE).itemsize == HASH_SLOT_SIZE
 _SWAP_SLOTS = sys.byteorder == "little"
 
-# Entry packers by entry count: a batch writes its consecutive entries with one struct call.
-_ENTRY_PACKERS: dict[int, struct.Struct] = {}
-_ENTRY_PACKERS_MAX = 256
+# An entry is five 32-bit words: keyHash, phyOffset (high, low), timeDiff, prevIndex.
+_ENTRY_WORDS = INDEX_ENTRY_SIZE // HASH_SLOT_SIZE
+_OFFSET_TYPECODE = "q"
+assert array(_OFFSET_TYPECODE).itemsize == 8
 # Below this many keys the batch steps cost more than they save (measured: a message's two
 # keys go faster one by one, eight and more faster as a batch).
 _BATCH_KEYS_MIN = 8
@@ -127,17 +129,7 @@ def index_key_hash(key: str) -> int:
 
 def index_key_hashes(topic: str, keys: Sequence[str]) -> list[int]:
     """``index_key_hash(topic + "#" + key)`` for each key, computed for the whole batch."""
-    # abs(MIN_VALUE) is 2^31, which the mask turns into 0, as index_key_hash does.
-    return list(map(and_, map(abs, java_string_hashes(keys, topic + "#")), repeat(_INT32_MAX)))
-
-
-def _entry_packer(count: int) -> struct.Struct:
-    packer = _ENTRY_PACKERS.get(count)
-    if packer is None:
-        packer = struct.Struct(">" + "iqii" * count)
-        if len(_ENTRY_PACKERS) < _ENTRY_PACKERS_MAX:
-            _ENTRY_PACKERS[count] = packer
-    return packer
+    return java_string_abs_hashes(keys, topic + "#")
 
 
 class IndexFile:
@@ -145,6 +137,7 @@ class IndexFile:
 
     __slots__ = (
         "_entries_base",
+        "_entry_words",
         "_fd",
         "_mmap",
         "_slots",
@@ -172,6 +165,9 @@ class IndexFile:
         self._slots = memoryview(mapped)[INDEX_HEADER_SIZE : self._entries_base].cast(
             _SLOT_TYPECODE
         )
+        # The entries as native 32-bit words, five per entry: a batch writes each field of
+        # all its entries with one strided copy (released in close() too).
+        self._entry_words = memoryview(mapped)[self._entries_base :].cast(_SLOT_TYPECODE)
         (
             self.begin_timestamp_ms,
             self.end_timestamp_ms,
@@ -321,30 +317,49 @@ class IndexFile:
         slot_numbers: list[int],
         time_diff_s: int,
     ) -> None:
-        # Every key has its own slot: read all chain heads, write all entries (consecutive,
-        # one pack), then point every slot at its new entry, each step one C-level pass.
+        # Every key has its own slot: read all chain heads (one itemgetter call), write each
+        # field of all the entries (consecutive) with one strided copy into the entry words,
+        # then point every slot at its new entry. The words are native, the file big-endian:
+        # each column is byte-swapped on a little-endian machine, so the heads as read from
+        # the file are already what the entries' prevIndex field holds.
         slots = self._slots
         index_count = self.index_count
-        count = len(key_hashes)
-        heads = array(_SLOT_TYPECODE, map(slots.__getitem__, slot_numbers))
+        count = len(key_hashes)  # at least _BATCH_KEYS_MIN: itemgetter returns a tuple
+        file_heads = array(_SLOT_TYPECODE, itemgetter(*slot_numbers)(slots))
+        heads = file_heads
         if _SWAP_SLOTS:
+            heads = array(_SLOT_TYPECODE, file_heads)
             heads.byteswap()
         if max(heads) >= index_count:
             # A head past the last entry (a damaged or half-rebuilt file; negative int32s read
             # as large here) starts a new chain rather than point at garbage.
             heads = array(_SLOT_TYPECODE, [h if h < index_count else 0 for h in heads])
+            file_heads = array(_SLOT_TYPECODE, heads)
+            if _SWAP_SLOTS:
+                file_heads.byteswap()
         self.hash_slot_count += heads.count(0)
-        _entry_packer(count).pack_into(
-            self._mmap,
-            self._entries_base + index_count * INDEX_ENTRY_SIZE,
-            *chain.from_iterable(
-                zip(key_hashes, physical_offsets, repeat(time_diff_s), heads, strict=False)
-            ),
-        )
+        hashes = array(_SLOT_TYPECODE, key_hashes)
+        offsets = array(_OFFSET_TYPECODE, physical_offsets)
+        time_diffs = array(_SLOT_TYPECODE, (time_diff_s,)) * count
         numbers = array(_SLOT_TYPECODE, range(index_count, index_count + count))
         if _SWAP_SLOTS:
+            hashes.byteswap()
+            offsets.byteswap()
+            time_diffs.byteswap()
             numbers.byteswap()
-        deque(map(slots.__setitem__, slot_numbers, numbers), maxlen=0)
+        # Big-endian int64s seen as pairs of words: the high word first.
+        offset_words = memoryview(offsets).cast("B").cast(_SLOT_TYPECODE)
+        words = self._entry_words
+        first = index_count * _ENTRY_WORDS
+        end = first + count * _ENTRY_WORDS
+        words[first:end:_ENTRY_WORDS] = hashes
+        words[first + 1 : end : _ENTRY_WORDS] = offset_words[0::2]
+        words[first + 2 : end : _ENTRY_WORDS] = offset_words[1::2]
+        words[first + 3 : end : _ENTRY_WORDS] = time_diffs
+        words[first + 4 : end : _ENTRY_WORDS] = file_heads
+        offset_words.release()
+        for slot_number, number in zip(slot_numbers, numbers, strict=True):
+            slots[slot_number] = number
         self.index_count = index_count + count
 
     def _put_one_by_one(
@@ -445,6 +460,7 @@ class IndexFile:
     def close(self) -> None:
         """Unmap the file and close its descriptor."""
         self._slots.release()
+        self._entry_words.release()
         self._mmap.close()
         os.close(self._fd)
 
@@ -677,53 +693,92 @@ class IndexService:
         store_timestamp_ms: int,
     ) -> None:
         """Index a batch of messages stored together: ``(physical_offset, keys)`` per message,
-        in commit-log order, each under ``topic#key`` for each of its non-empty keys.
+        in commit-log order; the same as :meth:`put_columns` of those columns."""
+        batch = entries if isinstance(entries, (list, tuple)) else list(entries)
+        if batch:
+            physical_offsets, key_lists = zip(*batch, strict=True)
+            self.put_columns(topic, physical_offsets, key_lists, store_timestamp_ms)
+
+    def put_columns(
+        self,
+        topic: str,
+        physical_offsets: Sequence[int],
+        key_lists: Sequence[Sequence[str]],
+        store_timestamp_ms: int,
+    ) -> None:
+        """Index a batch of messages stored together, message ``i`` at ``physical_offsets[i]``
+        (in commit-log order) under ``topic#key`` for each non-empty key of ``key_lists[i]``.
 
         The same as ``put`` for each message in turn, with the lock taken and the header
-        written once for the batch and the keys hashed together. Messages at or below
-        ``last_update_physical_offset`` are skipped whole.
+        written once for the batch, the keys hashed together and the entries written
+        together. Messages at or below ``last_update_physical_offset`` are skipped whole.
 
         Raises:
             StoreError: the index file cannot be created (disk full, permissions); the
                 messages before the failing key stay indexed.
         """
-        batch = entries if isinstance(entries, (list, tuple)) else list(entries)
-        if not batch:
+        if not physical_offsets:
             return
         with self._lock:
             last = self._last_physical_offset
-            if batch[0][0] <= last:
-                batch = [entry for entry in batch if entry[0] > last]
-                if not batch:
-                    return
-            physical_offsets, key_lists = zip(*batch, strict=True)
-            counts = list(map(len, key_lists))
-            keys = list(chain.from_iterable(key_lists))
-            # Each key carries its message's offset: repeat each offset once per key.
-            key_offsets = list(chain.from_iterable(map(repeat, physical_offsets, counts)))
-            if counts.count(counts[0]) == len(counts):
-                # As many keys per message (a UNIQ_KEY and a KEYS token, say): hash them key
-                # position by key position, since unique keys, all of one length and
-                # alphabet, hash faster together (java_string_hashes).
-                key_hashes = list(chain.from_iterable(zip(
-                    *[index_key_hashes(topic, column)
-                      for column in zip(*key_lists, strict=True)],
-                    strict=True,
-                )))
-            else:
-                key_hashes = index_key_hashes(topic, keys)
-            if "" in keys:
+            if physical_offsets[0] <= last:
                 kept = [
-                    (key_hash, offset)
-                    for key, key_hash, offset in zip(keys, key_hashes, key_offsets, strict=True)
-                    if key
+                    (offset, keys)
+                    for offset, keys in zip(physical_offsets, key_lists, strict=True)
+                    if offset > last
                 ]
-                key_hashes = [key_hash for key_hash, _ in kept]
-                key_offsets = [offset for _, offset in kept]
+                if not kept:
+                    return
+                physical_offsets, key_lists = zip(*kept, strict=True)
+            hashed = self._hash_columns(topic, physical_offsets, key_lists)
+            if hashed is None:
+                hashed = self._hash_keys(topic, physical_offsets, key_lists)
+            key_hashes, key_offsets = hashed
             if not key_hashes:
                 return
             self._check_open()
             self._put_hashes(key_hashes, key_offsets, store_timestamp_ms)
+
+    @staticmethod
+    def _hash_columns(
+        topic: str, physical_offsets: Sequence[int], key_lists: Sequence[Sequence[str]]
+    ) -> tuple[list[int], list[int]] | None:
+        # The common batch: as many non-empty keys per message (a UNIQ_KEY and a KEYS token,
+        # say). Hashed key position by key position, since a column of unique keys, all of
+        # one length, alphabet and head, hashes fastest (java_string_hashes); None otherwise.
+        width = len(key_lists[0])
+        if not width or list(map(len, key_lists)).count(width) != len(key_lists):
+            return None
+        columns = list(zip(*key_lists, strict=True))
+        for column in columns:
+            if "" in column:
+                return None
+        hashes = [index_key_hashes(topic, column) for column in columns]
+        if width == 1:
+            return hashes[0], list(physical_offsets)
+        # Message by message, each message's keys in order: interleave the columns, each
+        # with one strided list assignment.
+        count = len(key_lists)
+        key_hashes = [0] * (count * width)
+        key_offsets = [0] * (count * width)
+        for position, column_hashes in enumerate(hashes):
+            key_hashes[position::width] = column_hashes
+            key_offsets[position::width] = physical_offsets
+        return key_hashes, key_offsets
+
+    @staticmethod
+    def _hash_keys(
+        topic: str, physical_offsets: Sequence[int], key_lists: Sequence[Sequence[str]]
+    ) -> tuple[list[int], list[int]]:
+        # Any batch: keys flattened, each carrying its message's offset; empty keys dropped.
+        counts = list(map(len, key_lists))
+        keys = list(chain.from_iterable(key_lists))
+        key_offsets = list(chain.from_iterable(map(repeat, physical_offsets, counts)))
+        if "" in keys:
+            kept = [(key, offset) for key, offset in zip(keys, key_offsets, strict=True) if key]
+            keys = [key for key, _ in kept]
+            key_offsets = [offset for _, offset in kept]
+        return index_key_hashes(topic, keys), key_offsets
 
     def _put_hashes(
         self, key_hashes: list[int], key_offsets: list[int], store_timestamp_ms: int

@@ -10,14 +10,20 @@ place (``patch_offsets``), together with STORETIMESTAMP when another append took
 time meanwhile (store times never go back along the log).
 
 Two paths, one result (the same bytes, the same errors):
-- a batch of IPv4 messages with string properties, the common case, is encoded column by
-  column: each step (read a field of every message, CRC every body, render every
-  properties string, pack every prefix) is one ``map`` that runs in C, so the Python
-  interpreter does no work per message;
-- anything else (a batch of a few messages, IPv6 hosts, a delayed message, a property
-  value that is not a string, a message over a limit) goes one message at a time, and a
-  bad message is reported from there. Records with an IPv6 born or store host go through
-  ``encode_record`` of the shared codec.
+- a batch of IPv4 messages with string properties, plain or all committed transactional
+  ones (END_TRANSACTION's and the exactly-once sink's copies of half messages, with their
+  PREPARED_TRANSACTION_OFFSET), the common case, is encoded column by column: each step
+  (read a field of every message, CRC every body, render every properties string, pack
+  every prefix) is one ``map`` that runs in C, so the Python interpreter does no work per
+  message;
+- anything else (a batch of a few messages, IPv6 hosts, a delayed message, a half or
+  rollback record, a property value that is not a string, a message over a limit) goes one
+  message at a time, and a bad message is reported from there. Records with an IPv6 born
+  or store host go through ``encode_record`` of the shared codec.
+
+A batch that arrives in columns (``MessageBatch``, a broker's SEND_BATCH_MESSAGE) is encoded
+by ``encode_message_batch`` the column way with no per-message step at all: its properties
+are stored as given and its tag codes and index keys come with it.
 
 A *queue group* (``mixed_queues=True``) is single sends of one topic that arrived together
 and go to several queues: encoded the same way, with each record's own QUEUEID, and
@@ -212,8 +218,8 @@ def _encode_columns(
     mixed_queues: bool,
 ) -> EncodedBatch | None:
     """The batch encoded column by column (module docstring), or None when it needs the
-    one-by-one path: another host form, a property that is not a string, a mixed or
-    transactional batch, a message over a limit (that path then names the problem)."""
+    one-by-one path: another host form, a property that is not a string, a mixed batch, half
+    or rollback records, a message over a limit (that path then names the problem)."""
     count = len(messages)
     (
         topics, queue_ids, bodies, property_maps, property_texts, flags, sysflags,
@@ -224,10 +230,15 @@ def _encode_columns(
             return None
     elif queue_ids.count(queue_id) != count:
         return None
+    # Plain messages, or committed copies of half messages (END_TRANSACTION, the
+    # exactly-once sink): one transaction type for the whole batch, NOT or COMMIT.
+    transaction_types = list(map(and_, sysflags, repeat(SYSFLAG_TRANSACTION_MASK)))
+    transaction_type = transaction_types[0]
     if (
         topics.count(topic) != count
         or born_hosts.count(born_hosts[0]) != count
-        or any(map(and_, sysflags, repeat(SYSFLAG_TRANSACTION_MASK)))
+        or transaction_type not in QUEUED_TRANSACTION_TYPES
+        or transaction_types.count(transaction_type) != count
     ):
         return None
     born_address, born_port, born_v6 = _packed_host_or_reject(born_hosts[0], "born host")
@@ -279,7 +290,7 @@ def _encode_columns(
     return EncodedBatch(
         topic=topic,
         queue_id=queue_id,
-        transaction_type=sysflags[0] & SYSFLAG_TRANSACTION_MASK,
+        transaction_type=transaction_type,
         buffer=bytearray().join(
             chain.from_iterable(zip(prefixes, bodies, topic_and_lengths, properties, strict=True))
         ),
@@ -310,8 +321,8 @@ def encode_message_batch(
 
     Returns:
         The encoded batch, or None when it needs the general path (an IPv6 host, a
-        transactional sysflag, SCHEDULE_TOPIC_XXXX, a message over a limit: that path then
-        names the problem).
+        half or rollback sysflag, SCHEDULE_TOPIC_XXXX, a message over a limit: that path
+        then names the problem).
 
     Raises:
         EncodeRejected: an empty batch, a bad topic or queue id, or a bad store host.
@@ -324,7 +335,8 @@ def encode_message_batch(
     _check_destination(topic, queue_id)
     store_address, store_port, store_v6 = _packed_host_or_reject(store_host, "store host")
     sysflag = batch.sysflag
-    if store_v6 or topic == SCHEDULE_TOPIC or sysflag & SYSFLAG_TRANSACTION_MASK:
+    transaction_type = sysflag & SYSFLAG_TRANSACTION_MASK
+    if store_v6 or topic == SCHEDULE_TOPIC or transaction_type not in QUEUED_TRANSACTION_TYPES:
         return None
     born_address, born_port, born_v6 = _packed_host_or_reject(batch.born_host, "born host")
     if born_v6:
@@ -365,7 +377,7 @@ def encode_message_batch(
     return EncodedBatch(
         topic=topic,
         queue_id=queue_id,
-        transaction_type=TRANSACTION_NOT_TYPE,
+        transaction_type=transaction_type,
         buffer=bytearray().join(
             chain.from_iterable(zip(prefixes, bodies, topic_and_lengths, properties, strict=True))
         ),

@@ -15,12 +15,16 @@ Theory of an append (``put_messages``):
 3. after the lock: tell dispatch listeners, and under SYNC_FLUSH ask the group commit for
    a durable future.
 
+``put_batch`` (a batch in columns) encodes with ``encode_message_batch`` and appends as above.
+
 ``put_message_group`` (single sends that arrived together) does the same once per topic for
-the plain messages among them, as a queue group: one buffer, one commit-log write, each
-record with the next queue offset of its own queue, one dispatch (consume-queue entries per
-queue, index keys once). A transactional or delayed message, or a group the encoder refuses,
-goes through ``put_message`` alone, after the plain messages before it are appended, so the
-order of each queue is the order of the list.
+the plain messages among them, and once per topic for the committed transactional ones
+(END_TRANSACTION's and the exactly-once sink's copies of half messages), as a queue group:
+one buffer, one commit-log write, each record with the next queue offset of its own queue,
+one dispatch (consume-queue entries per queue, index keys once). A half or rollback record,
+a delayed message, or a group the encoder refuses, goes through ``put_message`` alone,
+after the messages before it are appended, so the order of each queue is the order of the
+list.
 
 Threads and the state they own:
 - the append lock (one appender at a time, any thread): commit-log writes and rolls,
@@ -66,6 +70,7 @@ from tidemq.store.interface import (
     StoreMessage,
 )
 from tidemq.store.record_encoder import (
+    QUEUED_TRANSACTION_TYPES,
     EncodedBatch,
     EncodeRejected,
     delivery_tag_code,
@@ -129,34 +134,45 @@ class StoreCore(MessageStore):
     def put_message_group(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
         """Append single sends together (see ``MessageStore.put_message_group``)."""
         results: list[PutResult | None] = [None] * len(messages)
-        pending: dict[str, list[int]] = {}  # topic -> positions of plain messages to append
+        # topic -> (transaction type, positions of the messages to append as one group)
+        pending: dict[str, tuple[int, list[int]]] = {}
         for position, message in enumerate(messages):
-            if message.sysflag & SYSFLAG_TRANSACTION_MASK or message.topic == SCHEDULE_TOPIC:
+            transaction_type = message.sysflag & SYSFLAG_TRANSACTION_MASK
+            if (
+                transaction_type not in QUEUED_TRANSACTION_TYPES
+                or message.topic == SCHEDULE_TOPIC
+            ):
                 self._put_pending(messages, pending, results)
                 results[position] = self._put((message,))
+                continue
+            group = pending.get(message.topic)
+            if group is not None and group[0] != transaction_type:
+                # A group holds one transaction type; appending the pending ones first keeps
+                # each queue in the order of the list.
+                self._put_pending(messages, pending, results)
+                group = None
+            if group is None:
+                pending[message.topic] = (transaction_type, [position])
             else:
-                positions = pending.get(message.topic)
-                if positions is None:
-                    pending[message.topic] = [position]
-                else:
-                    positions.append(position)
+                group[1].append(position)
         self._put_pending(messages, pending, results)
         return results  # type: ignore[return-value]  # every position was filled
 
     def _put_pending(
         self,
         messages: Sequence[StoreMessage],
-        pending: dict[str, list[int]],
+        pending: dict[str, tuple[int, list[int]]],
         results: list[PutResult | None],
     ) -> None:
-        for positions in pending.values():
+        for _, positions in pending.values():
             group = [messages[position] for position in positions]
             for position, result in zip(positions, self._put_queue_group(group), strict=True):
                 results[position] = result
         pending.clear()
 
     def _put_queue_group(self, messages: list[StoreMessage]) -> list[PutResult]:
-        """Plain messages of one topic, any queues: one append, one result per message."""
+        """Plain (or all committed) messages of one topic, any queues: one append, one
+        result per message."""
         if len(messages) == 1 or self._closed or self._not_writable_reason is not None:
             return [self._put((message,)) for message in messages]
         try:

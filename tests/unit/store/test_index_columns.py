@@ -1,0 +1,127 @@
+"""Indexing a batch as producers send it (``IndexService.put_columns``): every message with a
+UNIQ_KEY and as many KEYS tokens, keys that share a head, slots that are mostly free, so the
+batch takes the whole-batch write. The files must be byte for byte those of ``put`` one
+message at a time, and the batch key hashes those of Java's String.hashCode one at a time.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tidemq.protocol.message import (
+    java_string_abs_hashes,
+    java_string_hash,
+    java_string_hashes,
+)
+from tidemq.protocol.msgid import new_unique_keys
+from tidemq.store.index_file import IndexService, index_key_hash
+
+T0 = 1_700_000_000_000  # ms
+FOREVER = (0, 2**62)
+
+
+def service(directory, slots: int, entries: int) -> IndexService:
+    index = IndexService(directory, max_hash_slot_num=slots, max_index_num=entries)
+    index.load(True, 0)
+    return index
+
+
+def file_bytes(directory) -> list[bytes]:
+    return [path.read_bytes() for path in sorted(directory.iterdir())]
+
+
+# A batch: a run of unique keys of one process, and 0-2 KEYS tokens per message that share
+# a head ("order-10041", "order-10042", ...), sometimes one repeated or empty.
+@st.composite
+def producer_batches(draw) -> tuple[list[int], list[list[str]]]:
+    count = draw(st.integers(1, 70))
+    width = draw(st.integers(0, 2))
+    base = draw(st.integers(0, 10**6))
+    unique_keys = new_unique_keys(count)
+    key_lists = []
+    for n in range(count):
+        tokens = [f"order-{base + n * (column + 1)}" for column in range(width)]
+        if draw(st.integers(0, 30)) == 0:
+            tokens.append(draw(st.sampled_from(["", "same", tokens[0] if tokens else "x"])))
+        key_lists.append([unique_keys[n], *tokens])
+    return key_lists
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(producer_batches(), min_size=1, max_size=4),
+       entries=st.sampled_from([50, 10_000]))
+def test_put_columns_writes_the_files_put_writes(tmp_path_factory, batches, entries):
+    # 50-entry files: batches roll over to new files in the middle; 10,000: they do not.
+    root = tmp_path_factory.mktemp("index")
+    one_by_one = service(root / "one", 100_003, entries)
+    batched = service(root / "batch", 100_003, entries)
+    physical_offset = 1000
+    for second, key_lists in enumerate(batches):
+        timestamp = T0 + second * 1500
+        offsets = []
+        for message_keys in key_lists:
+            one_by_one.put("Orders", message_keys, physical_offset, timestamp)
+            offsets.append(physical_offset)
+            physical_offset += 1200
+        batched.put_columns("Orders", offsets, key_lists, timestamp)
+    for index in (one_by_one, batched):
+        index.flush()
+    assert file_bytes(root / "batch") == file_bytes(root / "one")
+    assert batched.last_update_physical_offset == one_by_one.last_update_physical_offset
+    for key in {key for key_lists in batches for keys in key_lists for key in keys if key}:
+        assert batched.query("Orders", key, 1000, *FOREVER) == one_by_one.query(
+            "Orders", key, 1000, *FOREVER
+        )
+    one_by_one.close()
+    batched.close()
+
+
+def test_a_wide_batch_is_found_by_every_key_after_reopening(tmp_path):
+    index = service(tmp_path / "index", 100_003, 10_000)
+    unique_keys = new_unique_keys(64)
+    offsets = [1000 + 1100 * n for n in range(64)]
+    index.put_columns("Orders", offsets, [(u, f"order-{n}") for n, u in enumerate(unique_keys)],
+                      T0)
+    index.close()
+    reopened = service(tmp_path / "index", 100_003, 10_000)
+    for n in (0, 31, 63):
+        assert reopened.query("Orders", unique_keys[n], 10, *FOREVER) == [offsets[n]]
+        assert reopened.query("Orders", f"order-{n}", 10, *FOREVER) == [offsets[n]]
+    assert reopened.last_update_physical_offset == offsets[-1]
+    reopened.close()
+
+
+# Strings of one length sharing a head of any characters (a space, non-ASCII, outside
+# "0".."N"), their rest mostly from the window "0".."N", sometimes not.
+@st.composite
+def headed_texts(draw) -> list[str]:
+    head = draw(st.text(alphabet="kA0 é#-Zz9", max_size=30))
+    length = draw(st.integers(1, 8))
+    rests = draw(st.lists(
+        st.text(alphabet="0123456789ABCDEFN" + draw(st.sampled_from(["", "a", "é", " "])),
+                min_size=length, max_size=length),
+        min_size=1, max_size=70,
+    ))
+    texts = [head + rest for rest in rests]
+    if len(texts) > 2 and draw(st.booleans()):
+        texts[len(texts) // 2] = "x" + texts[len(texts) // 2][1:]  # one without the head
+    return texts
+
+
+@given(texts=headed_texts(), prefix=st.sampled_from(["", "Orders#", "Zürich#"]))
+def test_batch_hashes_of_strings_with_a_shared_head_equal_one_at_a_time(texts, prefix):
+    expected = [java_string_hash(prefix + text) for text in texts]
+    assert java_string_hashes(texts, prefix) == expected
+    assert java_string_abs_hashes(texts, prefix) == [
+        index_key_hash(prefix + text) for text in texts
+    ]
+
+
+def test_batch_abs_hashes_give_zero_for_min_value_and_magnitudes_otherwise():
+    # "T#ANTVRBUG" hashes to Integer.MIN_VALUE: RocketMQ's index stores 0 for it.
+    keys = ["ANTVRBUG"] * 5 + ["ANTVRBUH", "ANTVRBUF", "order-1", "order-2"]
+    assert java_string_abs_hashes(keys, "T#") == [index_key_hash("T#" + k) for k in keys]
+    assert java_string_abs_hashes(keys, "T#")[:5] == [0] * 5
+    assert all(0 <= h < 2**31 for h in java_string_abs_hashes(keys, "T#"))
