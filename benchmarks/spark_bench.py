@@ -205,6 +205,11 @@ def spark_session(master: str) -> Any:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Spark starts its Python workers with "python3" from PATH unless told: without this, a
+    # bench run as .venv/bin/python (venv not activated) has workers that cannot import
+    # pyspark_tidemq, and format("tidemq") is not found.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     session = (SparkSession.builder.master(master).appName("tidemq-spark-bench")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")

@@ -210,3 +210,144 @@ def test_a_slave_refuses_exactly_once_requests(make_broker, handlers, code):
     slave = make_broker(broker_role="SLAVE", broker_id=1)
     response = run(handlers(slave).ask(eos_request(code, "q", 0, [])))
     assert response.code == ResponseCode.SLAVE_NOT_AVAILABLE
+
+
+# -- prepared ranges: EOS halves tracked per batch, not per half -----------------------------
+
+
+def test_the_check_scan_passes_prepared_halves_without_making_them_pending(broker, handlers):
+    broker.topic_config_manager.create_topic_for_send_back(TOPIC, 4, 6)
+    table = handlers(broker)
+    service = broker.transaction_service
+
+    async def scenario():
+        await service.ready()
+        first = await send_halves(table, identity(batch_id=1), [b"a", b"b", b"c"])
+        second = await send_halves(table, identity(batch_id=1), [b"d", b"e"])
+        service.clock_ms = lambda: wall_clock_ms() + 5_000  # old enough to scan, not due
+        await service.tick()
+        return first, second
+
+    first, second = run(scenario())
+    progress = service.progress
+    assert progress.scan_offset == 5
+    assert progress.pending == {}
+    assert service.outcome(first.ranges[0][0]) == (False, None)
+    assert service.outcome(second.ranges[0][0] + 1) == (False, None)
+    checkpoint = progress.checkpoint(service.op_queue_end())
+    assert checkpoint.prepared_ranges == [(0, 3), (3, 2)]
+    assert stored(broker, TOPIC, 1) == []
+
+
+def test_a_due_prepared_range_is_rolled_back_as_a_whole_with_one_op_record(broker, handlers):
+    broker.topic_config_manager.create_topic_for_send_back(TOPIC, 4, 6)
+    table = handlers(broker)
+    service = broker.transaction_service
+
+    async def scenario():
+        await service.ready()
+        halves = await send_halves(table, identity(timeout_ms=1_000), [b"a", b"b", b"c"])
+        service.clock_ms = lambda: wall_clock_ms() + 5_000
+        await service.tick()
+        return halves
+
+    halves = run(scenario())
+    first = halves.ranges[0][0]
+    assert [service.outcome(first + i) for i in range(3)] == [(True, Outcome.ROLLBACK)] * 3
+    ops = stored(broker, "RMQ_SYS_TRANS_OP_HALF_TOPIC")
+    assert [op.body for op in ops] == [b"0,1,2"]
+    assert service.progress.checkpoint(service.op_queue_end()).prepared_ranges == []
+    assert stored(broker, TOPIC, 1) == []
+
+
+def test_a_range_with_a_half_ended_on_its_own_is_not_committed(broker, handlers):
+    broker.topic_config_manager.create_topic_for_send_back(TOPIC, 4, 6)
+    table = handlers(broker)
+    service = broker.transaction_service
+
+    async def scenario():
+        await service.ready()
+        halves = await send_halves(table, identity(batch_id=3), [b"a", b"b", b"c"])
+        one = decode_records(broker.store.get_messages(HALF_TOPIC, 0, 1, 1, 1 << 20).body)[0]
+        await service.writer.end(one, Outcome.ROLLBACK)  # as an END_TRANSACTION would
+        return await table.ask(eos_request(RequestCode.EOS_COMMIT_BATCH, "query-1", 3,
+                                           [halves]))
+
+    response = run(scenario())
+    assert response.code == ResponseCode.EOS_BATCH_INCOMPLETE
+    assert "already rolled back" in response.remark
+    assert stored(broker, TOPIC, 1) == []
+
+
+def test_open_ranges_survive_a_restart_and_a_decided_one_is_committed_once(
+        make_broker, handlers, tmp_path):
+    root = tmp_path / "store"
+    broker = make_broker(store_kind="file", root=root)
+    broker.topic_config_manager.create_topic_for_send_back(TOPIC, 4, 6)
+    table = handlers(broker)
+
+    async def before():
+        service = broker.transaction_service
+        await service.ready()
+        decided = await send_halves(table, identity(batch_id=7), [b"d1", b"d2"])
+        undecided = await send_halves(table, identity(batch_id=8), [b"u"])
+        await service.tick()
+        # Decided, not applied: as when the broker is killed right after writing it.
+        service.eos.decisions.record(BatchDecision("query-1", 7, GROUP, 2, wall_clock_ms(),
+                                                   {decided.writer_id: decided.ranges}))
+        await service.persist()  # the checkpoint (with the open ranges) and the decision
+        await broker.shutdown(grace_s=1.0)
+        return decided, undecided
+
+    _, undecided = run(before())
+    broker = make_broker(store_kind="file", root=root)
+    service = broker.transaction_service
+
+    async def after():
+        await service.ready()
+        restored = service.progress.prepared.spans()
+        await service.eos.finish_decided()
+        service.clock_ms = lambda: wall_clock_ms() + 120_000  # past the halves' timeout
+        await service.tick()
+        await asyncio.sleep(0)
+        return restored
+
+    restored = run(after())
+    assert restored == [(0, 2), (2, 1)]
+    assert [m.body for m in stored(broker, TOPIC, 1)] == [b"d1", b"d2"]
+    assert service.outcome(undecided.ranges[0][0]) == (True, Outcome.ROLLBACK)
+    assert service.eos.decisions.get("query-1", 7).applied
+
+
+@pytest.mark.parametrize("row_properties", [
+    [{"TAGS": "t", "KEYS": f"k{i}"} for i in range(20)],  # every row names the same ones
+    [{"KEYS": f"k{i}"} if i % 3 else {"TAGS": "odd", "color": "red"} for i in range(20)],
+])
+def test_committed_rows_keep_their_own_properties_and_lose_the_eos_ones(
+        broker, handlers, row_properties):
+    broker.topic_config_manager.create_topic_for_send_back(TOPIC, 4, 6)
+    table = handlers(broker)
+    writer = identity(batch_id=9)
+    request = half_batch(writer, [])
+    request.body = encode_batch_body([
+        BatchEntry(b"row-%d" % i, encode_properties(props))
+        for i, props in enumerate(row_properties)])
+
+    async def scenario():
+        response = await table.ask(request)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        halves = WriterHalves(writer.writer_id)
+        halves.add(int(response.ext_fields["queueOffset"]), len(row_properties))
+        return await table.ask(eos_request(RequestCode.EOS_COMMIT_BATCH, "query-1", 9,
+                                           [halves]))
+
+    assert run(scenario()).code == ResponseCode.SUCCESS
+    committed = stored(broker, TOPIC, 1)
+    assert [m.body for m in committed] == [b"row-%d" % i for i in range(len(row_properties))]
+    for message, props in zip(committed, row_properties, strict=True):
+        assert {k: message.properties[k] for k in props} == props
+        assert message.properties["PGROUP"] == GROUP and "UNIQ_KEY" in message.properties
+        assert not {"REAL_TOPIC", "REAL_QID", "TRAN_MSG", "CHECK_IMMUNITY_TIME_IN_SECONDS"} & set(
+            message.properties)
+        assert not any(name.startswith("EOS_") for name in message.properties)
+        assert message.transaction_type == 8  # a committed transactional message

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tidemq.broker.transaction.prepared_ranges import PreparedRange
 from tidemq.broker.transaction.progress import (
     ENDED_REMEMBERED_MAX,
     PendingHalf,
@@ -112,3 +113,49 @@ def test_old_outcomes_are_forgotten_but_still_count_as_ended(tmp_path):
     assert len(progress.ended) <= ENDED_REMEMBERED_MAX + 10
     assert progress.lookup(0) == (True, None)
     assert progress.lookup(total - 1) == (True, Outcome.COMMIT)
+
+
+def prepared(first: int, count: int, due_ms: int = 0) -> PreparedRange:
+    return PreparedRange(first, count, "q", "1", f"w{first}", "pg", due_ms)
+
+
+def test_halves_of_an_open_prepared_range_are_open_below_the_scan_until_they_end(tmp_path):
+    progress = TransactionProgress(tmp_path / "p.json")
+    progress.prepared.add(prepared(10, 5))
+    progress.scan_offset = 30
+    assert progress.lookup(9) == (True, None)
+    assert progress.lookup(12) == (False, None)
+    progress.end(12, Outcome.ROLLBACK, op_offset=7)  # on its own: the range notes it
+    assert progress.lookup(12) == (True, Outcome.ROLLBACK)
+    assert progress.lookup(13) == (False, None)
+    whole = progress.prepared.find(10)
+    assert whole.ended_apart
+    progress.end_range(whole, Outcome.COMMIT, 8, [10, 11, 13, 14])
+    assert progress.lookup(14) == (True, Outcome.COMMIT)
+    assert progress.prepared.find(10) is None
+
+
+def test_checkpoint_keeps_open_ranges_and_replays_their_apart_ends(tmp_path):
+    path = tmp_path / "transactionProgress.json"
+    progress = TransactionProgress(path)
+    progress.prepared.add(prepared(0, 4))
+    progress.prepared.add(prepared(4, 2))
+    progress.scan_offset = 6
+    progress.end(5, Outcome.ROLLBACK, op_offset=3)  # below the scan, inside an open range
+
+    progress.write_snapshot(progress.snapshot(op_max_offset=9))
+    loaded = TransactionProgress(path).loaded
+    assert loaded.prepared_ranges == [(0, 4), (4, 2)]
+    assert loaded.op_replay_offset == 3
+    assert loaded.pending_check_times == {}
+
+
+def test_ends_inside_open_ranges_are_never_forgotten(tmp_path):
+    progress = TransactionProgress(tmp_path / "p.json")
+    total = 2 * ENDED_REMEMBERED_MAX + 10
+    progress.prepared.add(prepared(5, 3))
+    progress.scan_offset = total
+    for offset in range(total):
+        progress.end(offset, Outcome.COMMIT, op_offset=offset)
+    assert progress.lookup(6) == (True, Outcome.COMMIT)
+    assert progress.lookup(0) == (True, None)

@@ -567,3 +567,22 @@ def _store_message(body: bytes):
 
     return StoreMessage(TOPIC, 0, body, {"TRAN_MSG": "true", "PGROUP": GROUP,
                                          "UNIQ_KEY": "AC1100010000000000000000000000A1"})
+
+
+def test_end_transactions_of_one_read_are_answered_each_and_committed_together(broker, handlers):
+    table = handlers(broker)
+    processor = broker.transaction_service.end_processor
+
+    async def scenario():
+        halves = [half_of(await table.ask(half_request(body, queue_id=queue)))
+                  for body, queue in ((b"a", 1), (b"b", 2), (b"c", 1))]
+        requests = [halves[0].end(COMMIT), halves[1].end(COMMIT, oneway=True),
+                    halves[2].end(ROLLBACK)]
+        responses = await processor.handle_group(requests, _Peer())
+        await asyncio.sleep(0)  # the oneway end's write
+        return responses
+
+    responses = run(scenario())
+    assert [r.code if r is not None else None for r in responses] == [
+        ResponseCode.SUCCESS, ResponseCode.SUCCESS, ResponseCode.SUCCESS]
+    assert sorted(m.body for m in stored_anywhere(broker, TOPIC)) == [b"a", b"b"]

@@ -7,7 +7,10 @@
 - ``end_processor``: the END_TRANSACTION (37) handler;
 - ``exactly_once``, ``eos_decisions``, ``eos_processor``: batches of halves committed once per
   (query id, batch id) for the exactly-once Spark sink, the durable table of those decisions,
-  and the EOS_COMMIT_BATCH / EOS_ABORT_BATCH (tidemq's 30001 / 30002) handler.
+  and the EOS_COMMIT_BATCH / EOS_ABORT_BATCH (tidemq's 30001 / 30002) handler;
+- ``eos_records``: the EOS_* properties of a half and the message its commit stores;
+- ``prepared_ranges``, ``range_ends``: exactly-once halves tracked per prepared batch, and
+  such a batch committed (one read, column by column) or rolled back as a whole.
 
 The controller builds one ``TransactionService``, registers it, starts it after the
 consumption services (it needs the producer manager) and stops it before the store closes;

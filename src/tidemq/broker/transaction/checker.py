@@ -4,9 +4,11 @@ Steps 1-3 of the theory of operation in service.py, run by one asyncio task on t
 loop (``run``), a round at least every TICK_INTERVAL_MAX_MS:
 
 1. ``scan``: read the half queue on from the scan offset and make old unended halves pending;
+   it jumps over open prepared exactly-once ranges (prepared_ranges.py) without reading;
 2. ``run_checks``: send CHECK_TRANSACTION_STATE for each pending half whose time has come,
    or discard it after its last check. An exactly-once half (exactly_once.py) is not
-   checked: its batch's decision commits it, or it is rolled back.
+   checked: its batch's decision commits it, or it is rolled back; whole prepared ranges
+   whose timeout came are settled the same way (``ExactlyOnceService.settle_due_ranges``).
 
 Ownership: the broker's event loop; store calls are quick mmap work done there.
 """
@@ -78,9 +80,12 @@ class TransactionChecker:
         more = await self.run_checks(now_ms) or more
         if more:
             return 0
-        next_due = self._service.progress.next_due_ms()
-        if next_due is None:
+        progress = self._service.progress
+        dues = [due for due in (progress.next_due_ms(), progress.prepared.next_due_ms())
+                if due is not None]
+        if not dues:
             return TICK_INTERVAL_MAX_MS
+        next_due = min(dues)
         return max(TICK_INTERVAL_MIN_MS, min(next_due - now_ms, TICK_INTERVAL_MAX_MS))
 
     # -- 1. scan ---------------------------------------------------------------------------
@@ -95,6 +100,7 @@ class TransactionChecker:
         store = service.store
         progress = service.progress
         ended = progress.ended
+        prepared = progress.prepared
         end = store.max_offset(HALF_TOPIC, HALF_QUEUE_ID)
         offset = progress.scan_offset
         reads = 0
@@ -103,6 +109,11 @@ class TransactionChecker:
                 if offset in ended:
                     offset += 1
                     continue
+                if prepared:
+                    open_range = prepared.find(offset)
+                    if open_range is not None:  # settled as a whole, by its batch or timeout
+                        offset = open_range.end
+                        continue
                 if reads >= SCAN_READS_PER_TICK_MAX:
                     return True
                 reads += 1
@@ -144,6 +155,8 @@ class TransactionChecker:
         progress = service.progress
         settings = service.settings
         unreachable: collections.Counter[str] = collections.Counter()
+        if service.eos.settle_due_ranges(now_ms):
+            return True
         try:
             for _ in range(CHECKS_PER_TICK_MAX):
                 pending = progress.pop_due(now_ms)

@@ -17,6 +17,7 @@ is logged with the outcome.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -42,8 +43,30 @@ class EndTransactionProcessor:
         self._service = service
 
     def register(self, server: RemotingServer) -> None:
-        """Register the handler on ``server``."""
-        server.register(RequestCode.END_TRANSACTION, self.handle)
+        """Register the handlers on ``server``."""
+        server.register(RequestCode.END_TRANSACTION, self.handle, group_handler=self.handle_group)
+
+    async def handle_group(
+        self, requests: list[RemotingCommand], connection: Connection
+    ) -> list[RemotingCommand | None]:
+        """Answer END_TRANSACTIONs that arrived in one read, each as ``handle`` would.
+
+        They are decided one after the other in this one call, without a task each, so
+        their commits share one end-writer flush (one group put of the committed messages,
+        one op record). A request that waits for its answer is awaited with the others at
+        the end; a oneway one never waits for the write.
+        """
+        responses: list[RemotingCommand | None] = [None] * len(requests)
+        waiting: list[tuple[int, asyncio.Task[RemotingCommand | None]]] = []
+        loop = asyncio.get_running_loop()
+        for index, request in enumerate(requests):
+            if request.is_oneway:
+                responses[index] = await self.handle(request, connection)
+            else:
+                waiting.append((index, loop.create_task(self.handle(request, connection))))
+        for index, task in waiting:
+            responses[index] = await task
+        return responses
 
     async def handle(
         self, request: RemotingCommand, connection: Connection

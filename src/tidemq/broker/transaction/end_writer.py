@@ -5,10 +5,9 @@ two records: the committed message and an op record. ``EndWriter`` gathers the e
 within one turn of the event loop and writes them in a callback scheduled at once
 (``loop.call_soon``):
 
-1. the committed messages, one ``put_messages`` per queue in arrival order, bounded in count
-   and bytes. A store that refuses the batch (the store refuses records of transaction type
-   COMMIT in a batch today, or one message is bad) gets them one by one, each answered
-   on its own;
+1. the committed messages, in one ``put_message_group`` (one encode and append for every
+   topic and queue, each queue in arrival order; bounded in count and bytes). The store
+   answers each message on its own, so one bad message is refused alone;
 2. then the op records: one per outcome for all those ends, its body the half offsets joined
    by ``,`` (the form RocketMQ 5.x writes; records.py). One put instead of one per end.
 
@@ -46,7 +45,7 @@ from tidemq.broker.transaction.records import (
 )
 from tidemq.protocol.codes import ResponseCode
 from tidemq.protocol.message import PROPERTY_PRODUCER_GROUP, MessageExt
-from tidemq.store.interface import PutStatus, StoreMessage
+from tidemq.store.interface import PutResult, PutStatus, StoreMessage
 
 if TYPE_CHECKING:
     from tidemq.broker.transaction.service import TransactionService
@@ -55,15 +54,13 @@ log = logging.getLogger("tidemq.broker")
 
 # Ends gathered before they are written without waiting for the loop's turn to end.
 QUEUED_ENDS_MAX = 1024
-# One put_messages of committed messages holds at most this many, and this many body bytes
+# One put of committed messages holds at most this many, and this many body bytes
 # (a batch must fit one commit-log segment: 1 GiB by default, a few MiB in tests; one
 # message may still be up to maxMessageSize on its own).
 BATCH_MESSAGES_MAX = 256
 BATCH_BYTES_MAX = 1024 * 1024
 
 STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT})
-# Statuses after which the messages of a batch are put again one by one, each getting its own.
-_REFUSED_AS_BATCH = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED})
 _FAILED_PUT_CODES = {
     PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
     PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
@@ -139,6 +136,31 @@ class EndWriter:
         op_offset = self._write_ops(outcome, [half_offset], producer_group, transaction_id)
         self._service.progress.end(half_offset, outcome, op_offset)
 
+    def put_committed(self, messages: list[StoreMessage]) -> tuple[int, PutResult | None]:
+        """Store committed messages of one queue now, in batches of at most
+        BATCH_MESSAGES_MAX / BATCH_BYTES_MAX (whole exactly-once ranges; exactly_once.py).
+
+        Returns:
+            How many were stored (a prefix of ``messages``), and the failed put's result
+            (None when all were stored).
+        """
+        store = self._service.store
+        stored = 0
+        for batch in _bounded_message_batches(messages):
+            started = time.monotonic()
+            result = store.put_messages(batch) if len(batch) > 1 else store.put_message(batch[0])
+            self._count(result.status, batch, started)
+            if result.status not in STORED:
+                return stored, result
+            stored += len(batch)
+        return stored, None
+
+    def write_op(self, outcome: Outcome, offsets: list[int]) -> int:
+        """Write one op record ending the halves at ``offsets`` now; returns its op queue
+        offset (the op queue's end when the store refused it: logged, see the module
+        docstring)."""
+        return self._write_ops(outcome, offsets)
+
     def flush(self) -> None:
         """Write every queued end now and answer their futures."""
         self._flush_scheduled = False
@@ -175,39 +197,29 @@ class EndWriter:
     def _store_committed(self, queued: list[_QueuedEnd]) -> list[_QueuedEnd]:
         """Put the committed messages; returns the ends that hold (rollbacks and commits
         stored). A refused commit reopens its half and gets the failure answer."""
-        by_queue: dict[tuple[str, int], list[_QueuedEnd]] = {}
-        for end in queued:
-            if end.committed is not None:
-                key = (end.committed.topic, end.committed.queue_id)
-                by_queue.setdefault(key, []).append(end)
+        commits = [end for end in queued if end.committed is not None]
         refused: set[int] = set()
-        for group in by_queue.values():
-            for batch in _bounded_batches(group):
-                refused.update(self._put_batch(batch))
-        return [end for end in queued if id(end) not in refused]
+        for batch in _bounded_batches(commits):
+            refused.update(self._put_group(batch))
+        return [end for end in queued if id(end) not in refused] if refused else queued
 
-    def _put_batch(self, batch: list[_QueuedEnd]) -> list[int]:
-        """Store the committed messages of one queue: as one batch, or one by one when the
-        store will not take them together; returns the ids of the refused ends."""
-        service = self._service
-        store = service.store
+    def _put_group(self, batch: list[_QueuedEnd]) -> list[int]:
+        """Store the committed messages of ``batch`` (any topics and queues) in one group
+        append, each queue in arrival order; returns the ids of the refused ends."""
+        store = self._service.store
         messages: list[StoreMessage] = [end.committed for end in batch]  # type: ignore[misc]
         started = time.monotonic()
-        result = store.put_messages(messages) if len(messages) > 1 else None
-        if result is not None and result.status in _REFUSED_AS_BATCH:
-            result = None  # a store refusing COMMIT records in a batch, or one bad message
-        if result is not None:
-            self._count(result.status, messages, started)
-            if result.status in STORED:
-                return []
-            return [self._refuse(end, result.status, result.remark) for end in batch]
+        results = store.put_message_group(messages)
+        stored = [m for m, r in zip(messages, results, strict=True) if r.status in STORED]
+        if stored:
+            self._count(PutStatus.PUT_OK, stored, started)
+        if len(stored) == len(messages):
+            return []
         refused = []
-        for end, message in zip(batch, messages, strict=True):
-            started = time.monotonic()
-            single = store.put_message(message)
-            self._count(single.status, [message], started)
-            if single.status not in STORED:
-                refused.append(self._refuse(end, single.status, single.remark))
+        for end, result in zip(batch, results, strict=True):
+            if result.status not in STORED:
+                self._service.broker_stats.record_put_failure()
+                refused.append(self._refuse(end, result.status, result.remark))
         return refused
 
     def _count(self, status: PutStatus, messages: list[StoreMessage], started: float) -> None:
@@ -255,6 +267,21 @@ def _bounded_batches(group: list[_QueuedEnd]) -> Iterator[list[_QueuedEnd]]:
             yield batch
             batch, size = [], 0
         batch.append(end)
+        size += length
+    if batch:
+        yield batch
+
+
+def _bounded_message_batches(messages: list[StoreMessage]) -> Iterator[list[StoreMessage]]:
+    """``messages`` cut into batches of at most BATCH_MESSAGES_MAX / BATCH_BYTES_MAX."""
+    batch: list[StoreMessage] = []
+    size = 0
+    for message in messages:
+        length = len(message.body)
+        if batch and (len(batch) >= BATCH_MESSAGES_MAX or size + length > BATCH_BYTES_MAX):
+            yield batch
+            batch, size = [], 0
+        batch.append(message)
         size += length
     if batch:
         yield batch

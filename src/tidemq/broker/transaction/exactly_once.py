@@ -19,33 +19,39 @@ the batch properties, PGROUP, CHECK_IMMUNITY_TIME_IN_SECONDS and the EOS identit
     EOS_WRITER_ID  the task execution's id (a fresh uuid each time a task runs)
 
 The SEND response names the first half's half-queue offset; the batch's halves follow it.
-The writer reports its ranges ``[first offset, count]`` to the driver.
+The writer reports its ranges ``[first offset, count]`` to the driver. The broker remembers
+the put as a *prepared range* (prepared_ranges.py: offsets, identity, timeout) and tracks
+its halves only through it: the check scan jumps over them, and they cost nothing more
+until their commit or their timeout.
 
 *Commit* (EOS_COMMIT_BATCH, one request per broker, from the driver):
 
 1. A decision for (queryId, batchId) exists: this is a replay. Nothing is committed; the
    halves of writers that are not in the decision are rolled back. Answer SUCCESS,
    ``alreadyCommitted=true`` and the count committed the first time.
-2. Else every listed writer's ranges are read: each half must be there, be that writer's
-   (query, batch, writer, producer group) and not have ended. Otherwise answer
+2. Else every listed writer's ranges are verified: each half must be there, be that
+   writer's (query, batch, writer, producer group) and not have ended. A listed range made
+   of whole prepared ranges of that identity, none with a half ended on its own, passes
+   without a read; any other is read half by half. Otherwise answer
    EOS_BATCH_INCOMPLETE naming the first problem (typically halves rolled back because the
    batch took longer than their immunity); nothing is decided, the driver fails the batch,
    and a restarted query replays it.
 3. The decision is written to ``eosCommits.json`` (eos_decisions.py) and only then are the
-   halves committed, through the END_TRANSACTION path (end_writer.py: batched puts of the
-   committed messages and op records), a chunk at a time with the event loop free in
-   between. Then the answer: SUCCESS, ``committedCount``.
+   halves committed: a prepared range as a unit (range_ends.py: one read, batched puts of
+   the committed messages, one op record), anything else half by half through the
+   END_TRANSACTION path (end_writer.py), with the event loop free every APPLY_CHUNK
+   halves. Then the answer: SUCCESS, ``committedCount``.
 
 While a commit is between step 2 and the end of step 3, a second commit of the same batch
 waits for it, and the check service leaves its halves alone.
 
 *The broker finishes on its own.* A decision whose halves are not all committed (the broker
 was killed while committing) is finished at start-up, before the check service's first
-round can reach them (``finish_decided``). And whenever the check service finds an EOS half
-due (its immunity passed): a half within the ranges of a decision is committed, never rolled
+round can reach them (``finish_decided``). And whenever an EOS half or prepared range is
+due (its immunity passed): one within the ranges of a decision is committed, never rolled
 back; any other is rolled back at once, without asking a producer (the task that sent it is
 gone): rows of killed task attempts and of drivers that died before committing disappear
-this way. Committed messages lose the EOS_* and CHECK_IMMUNITY properties.
+this way. Committed messages lose the EOS_* and CHECK_IMMUNITY properties (eos_records.py).
 
 *Abort* (EOS_ABORT_BATCH): the listed writers' halves that no decision holds are rolled back
 now; a driver calls it for a failed micro-batch (best effort: the timeout does the same).
@@ -77,6 +83,7 @@ import os
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,21 +94,33 @@ from tidemq.broker.transaction.eos_decisions import (
     EosDecisions,
     Range,
 )
+from tidemq.broker.transaction.eos_records import (
+    EOS_PROPERTIES,
+    PROPERTY_EOS_BATCH_ID,
+    PROPERTY_EOS_PARTITION,
+    PROPERTY_EOS_QUERY_ID,
+    PROPERTY_EOS_WRITER_ID,
+    eos_committed_message,
+    eos_identity,
+)
+from tidemq.broker.transaction.prepared_ranges import PreparedRange
+from tidemq.broker.transaction.range_ends import commit_range, roll_back_range
 from tidemq.broker.transaction.records import (
     HALF_QUEUE_ID,
     HALF_TOPIC,
     NotAHalfMessage,
     Outcome,
-    committed_message,
     is_half_message,
-    to_half,
+    make_half,
 )
 from tidemq.errors import RemoteProtocolError, StoreError
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import ResponseCode
 from tidemq.protocol.message import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_PREPARED,
     MessageExt,
     iter_records,
 )
@@ -113,12 +132,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidemq.broker")
 
-PROPERTY_EOS_QUERY_ID = "EOS_QUERY_ID"
-PROPERTY_EOS_BATCH_ID = "EOS_BATCH_ID"
-PROPERTY_EOS_PARTITION = "EOS_PARTITION"
-PROPERTY_EOS_WRITER_ID = "EOS_WRITER_ID"
-EOS_PROPERTIES = (PROPERTY_EOS_QUERY_ID, PROPERTY_EOS_BATCH_ID, PROPERTY_EOS_PARTITION,
-                  PROPERTY_EOS_WRITER_ID, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
+__all__ = [
+    "EOS_PROPERTIES", "PROPERTY_EOS_BATCH_ID", "PROPERTY_EOS_PARTITION",
+    "PROPERTY_EOS_QUERY_ID", "PROPERTY_EOS_WRITER_ID", "EosAnswer", "EosBatch",
+    "EosRequestError", "ExactlyOnceService", "WriterHalves", "answer_for_bad_request",
+    "eos_committed_message", "eos_identity", "parse_batch_request",
+]
 
 # Halves read per store call while verifying or committing (1 KiB rows: 256 KiB a read).
 READ_COUNT = 256
@@ -132,6 +151,8 @@ RANGES_MAX = 1_000_000
 ID_LENGTH_MAX = 256
 # A due half whose batch is being decided right now is looked at again this much later.
 DECIDING_RECHECK_MS = 1_000
+# Halves of due prepared ranges settled per check round before the loop is given back.
+DUE_HALVES_PER_TICK_MAX = 16_384
 # Test hook (crash tests only): the broker SIGKILLs itself once it has committed this many
 # halves of a decision (0: right after the decision is written, before any commit).
 KILL_AFTER_COMMITS_ENV = "TIDEMQ_TEST_EOS_KILL_AFTER_COMMITS"
@@ -251,29 +272,6 @@ def _natural(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def eos_identity(half: MessageExt) -> tuple[str, str, str] | None:
-    """``(query id, batch id text, writer id)`` of an exactly-once half, else None."""
-    properties = half.properties
-    writer = properties.get(PROPERTY_EOS_WRITER_ID)
-    if writer is None:
-        return None
-    return (properties.get(PROPERTY_EOS_QUERY_ID, ""), properties.get(PROPERTY_EOS_BATCH_ID, ""),
-            writer)
-
-
-def eos_committed_message(half: MessageExt) -> StoreMessage:
-    """The message an exactly-once half commits to: ``committed_message`` without the
-    EOS_* and CHECK_IMMUNITY properties (the consumer sees the row as the sink got it).
-
-    Raises:
-        NotAHalfMessage: as ``committed_message``.
-    """
-    message = committed_message(half)
-    for name in EOS_PROPERTIES:
-        message.properties.pop(name, None)
-    return message
-
-
 class ExactlyOnceService:
     """Prepared batches, EOS commits and aborts, and EOS halves the check service finds due.
 
@@ -296,18 +294,49 @@ class ExactlyOnceService:
     def prepare_batch(self, messages: list[StoreMessage]) -> PutResult:
         """Store a transactional batch as half messages in one put.
 
+        The messages become the halves in place (records.py ``to_half``: topic, queue,
+        sysflag, REAL_TOPIC / REAL_QID); the caller must not reuse them.
+
         Returns:
             The put's result (half-queue offsets), or MESSAGE_ILLEGAL when a message is not
             marked TRAN_MSG=true.
         """
-        for message in messages:
+        for message in _differing(messages):
             if not is_half_message(message):
                 return PutResult(
                     PutStatus.MESSAGE_ILLEGAL,
                     f"a transactional batch to topic {message.topic} holds a message without "
                     "TRAN_MSG=true; put TRAN_MSG and PGROUP in the batch properties")
-        self._service.ensure_topic(HALF_TOPIC)
-        return self._service.store.put_messages([to_half(message) for message in messages])
+        service = self._service
+        service.ensure_topic(HALF_TOPIC)
+        for message in messages:
+            make_half(message)
+        result = service.store.put_messages(messages)
+        if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT) and messages:
+            self._remember_range(messages, result)
+        return result
+
+    def _remember_range(self, messages: list[StoreMessage], result: PutResult) -> None:
+        """Track the stored halves as one prepared range when they are one writer's."""
+        properties = messages[0].properties
+        writer_id = properties.get(PROPERTY_EOS_WRITER_ID)
+        if writer_id is None:
+            return  # a transactional batch of another client: its halves are checked
+        count = len(messages)
+        for name in (PROPERTY_EOS_WRITER_ID, PROPERTY_EOS_QUERY_ID, PROPERTY_EOS_BATCH_ID,
+                     PROPERTY_PRODUCER_GROUP, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS):
+            value = properties.get(name)
+            if [m.properties.get(name) for m in messages].count(value) != count:
+                return  # not one identity (an entry overrode one): tracked half by half
+        service = self._service
+        store_timestamp = result.store_timestamp or service.clock_ms()
+        service.progress.prepared.add(PreparedRange(
+            first=result.queue_offset, count=count,
+            query_id=properties.get(PROPERTY_EOS_QUERY_ID, ""),
+            batch_text=properties.get(PROPERTY_EOS_BATCH_ID, ""), writer_id=writer_id,
+            producer_group=properties.get(PROPERTY_PRODUCER_GROUP, ""),
+            due_ms=store_timestamp + service.immunity_ms(properties),
+        ))
 
     # -- commit and abort ------------------------------------------------------------------
 
@@ -383,11 +412,31 @@ class ExactlyOnceService:
         for writer in batch.writers:
             if decision is not None and writer.writer_id in decision.writers:
                 continue  # a retried commit of the same writers: they are the decision's
-            for half in self._halves(writer.ranges):
-                if self._is_open(half) and _belongs(half, batch, writer.writer_id):
-                    writer_end.end(half, Outcome.ROLLBACK)
-                    rolled_back += 1
+            for first, count in writer.ranges:
+                prepared = self._prepared(batch, writer.writer_id, first, count)
+                if prepared is not None:
+                    for one in prepared:
+                        rolled_back += roll_back_range(self._service, one)
+                    continue
+                for half in self._halves(((first, count),)):
+                    if self._is_open(half) and _belongs(half, batch, writer.writer_id):
+                        writer_end.end(half, Outcome.ROLLBACK)
+                        rolled_back += 1
         return rolled_back
+
+    def _prepared(self, batch: EosBatch, writer_id: str, first: int,
+                  count: int) -> list[PreparedRange] | None:
+        """The prepared ranges that make up exactly ``[first, first + count)``, all of
+        ``writer_id`` in ``batch``; None when the span is anything else."""
+        found = self._service.progress.prepared.covering(first, count)
+        if found is None:
+            return None
+        identity = (batch.query_id, str(batch.batch_id), writer_id)
+        for prepared in found:
+            if (prepared.identity() != identity
+                    or prepared.producer_group != batch.producer_group):
+                return None
+        return found
 
     def _verify(self, batch: EosBatch) -> str | None:
         """None when every listed half is there, the writer's and open; else the problem."""
@@ -395,6 +444,10 @@ class ExactlyOnceService:
         for writer in batch.writers:
             found = 0
             for first, count in writer.ranges:
+                prepared = self._prepared(batch, writer.writer_id, first, count)
+                if prepared is not None and not any(one.ended_apart for one in prepared):
+                    found += count  # this broker prepared them so, and none has ended
+                    continue
                 expected = first
                 for half in self._halves(((first, count),)):
                     if half.queue_offset != expected:
@@ -432,24 +485,47 @@ class ExactlyOnceService:
         kill_after = _kill_after_commits()
         if kill_after == 0:
             _kill_self("the decision is written, nothing committed")
+        committed = 0  # by whole ranges
+        failed = 0
+        batch = EosBatch(decision.producer_group, decision.query_id, decision.batch_id, ())
         for writer_id, ranges in decision.writers.items():
             for first, count in ranges:
-                for half in self._halves(((first, count),)):
+                # Looked up now, not before the loop: a yield may have let the check service
+                # settle some of these ranges meanwhile.
+                prepared = self._prepared(batch, writer_id, first, count) or ()
+                by_half: list[PreparedRange] = []
+                for one in prepared:
+                    done = commit_range(service, one)
+                    if done is None:
+                        by_half.append(one)
+                        continue
+                    committed += done
+                    failed += one.count - done
+                    since_yield += one.count
+                    if kill_after is not None and committed >= kill_after:
+                        _kill_self(f"{committed} halves committed")
+                spans = [(one.first, one.count) for one in by_half] if prepared else [
+                    (first, count)]
+                for half in self._halves(spans):
                     if not self._is_open(half) or eos_identity(half) != (
                             decision.query_id, str(decision.batch_id), writer_id):
                         continue
                     answer = self._commit_half(half)
                     if answer is not None:
                         answers.append(answer)
-                    if kill_after is not None and len(answers) >= kill_after:
+                    if kill_after is not None and len(answers) + committed >= kill_after:
                         service.writer.flush()
-                        _kill_self(f"{len(answers)} halves committed")
+                        _kill_self(f"{len(answers) + committed} halves committed")
                     since_yield += 1
                     if since_yield >= APPLY_CHUNK:
                         since_yield = 0
                         await asyncio.sleep(0)  # let the end writer flush, and others run
+                for one in by_half:
+                    service.progress.prepared.remove(one)  # each of its halves ended or reopened
+                if since_yield >= APPLY_CHUNK:
+                    since_yield = 0
+                    await asyncio.sleep(0)
         service.writer.flush()  # write the last chunk now rather than on the next turn
-        failed = 0
         if answers:
             for answer in await asyncio.gather(*answers):
                 if answer.code != ResponseCode.SUCCESS:
@@ -524,6 +600,56 @@ class ExactlyOnceService:
                      writer_id, query_id, batch_text, half.queue_offset)
         return True
 
+    def settle_due_ranges(self, now_ms: int) -> bool:
+        """End the prepared ranges whose timeout came by ``now_ms``, as ``settle_due`` ends
+        a half: committed when their batch's decision holds them, rolled back otherwise.
+
+        Returns:
+            True when due ranges are left for the next round (the budget ran out).
+        """
+        service = self._service
+        prepared_ranges = service.progress.prepared
+        settled = 0
+        while settled < DUE_HALVES_PER_TICK_MAX:
+            prepared = prepared_ranges.pop_due(now_ms)
+            if prepared is None:
+                return False
+            settled += prepared.count
+            batch_text = prepared.batch_text
+            batch_id = int(batch_text) if batch_text.lstrip("-").isdigit() else None
+            key = (prepared.query_id, batch_id)
+            if batch_id is not None and key in self._deciding:
+                prepared_ranges.reschedule(prepared, now_ms + DECIDING_RECHECK_MS)
+                continue
+            decision = self.decisions.get(*key) if batch_id is not None else None
+            if decision is not None and _in_ranges(
+                    prepared.first, decision.writers.get(prepared.writer_id, ())):
+                self._commit_due(prepared, decision)
+                continue
+            roll_back_range(service, prepared)
+            if prepared.identity() != self._last_rolled_back:  # one line per writer
+                self._last_rolled_back = prepared.identity()
+                log.info("exactly-once half messages of writer %s (query %s, batch %s) were "
+                         "not committed within their timeout: rolled back (from half offset "
+                         "%d)", prepared.writer_id, prepared.query_id, batch_text,
+                         prepared.first)
+        return True
+
+    def _commit_due(self, prepared: PreparedRange, decision: BatchDecision) -> None:
+        """Commit a due range of a decided batch: as a unit, else half by half."""
+        service = self._service
+        done = commit_range(service, prepared)
+        if done is not None:
+            if done < prepared.count:  # the store refused: try the rest again later
+                service.progress.prepared.reschedule(
+                    prepared, service.clock_ms() + service.settings.check_interval_ms)
+            return
+        identity = (decision.query_id, str(decision.batch_id), prepared.writer_id)
+        for half in self._halves(((prepared.first, prepared.count),)):
+            if self._is_open(half) and eos_identity(half) == identity:
+                self._commit_half(half)
+        service.progress.prepared.remove(prepared)
+
     # -- reading halves --------------------------------------------------------------------
 
     def _halves(self, ranges: tuple[Range, ...] | list[Range]) -> Iterator[MessageExt]:
@@ -553,6 +679,22 @@ class ExactlyOnceService:
         offset = half.queue_offset
         return (not service.progress.lookup(offset)[0]
                 and service.writer.queued_answer(offset) is None)
+
+
+def _differing(messages: list[StoreMessage]) -> list[StoreMessage]:
+    """The messages whose half-ness must be checked one by one: only the first when they
+    agree on everything ``is_half_message`` reads (a batch's TRAN_MSG comes from its batch
+    properties, its reconsume times are the batch's), else all of them."""
+    if not messages:
+        return messages
+    count = len(messages)
+    properties = [message.properties for message in messages]
+    for name in (PROPERTY_TRANSACTION_PREPARED, PROPERTY_DELAY_TIME_LEVEL):
+        values = list(map(dict.get, properties, repeat(name)))
+        if values.count(values[0]) != count:
+            return messages
+    times = [message.reconsume_times for message in messages]
+    return messages[:1] if times.count(times[0]) == count else messages
 
 
 def _belongs(half: MessageExt, batch: EosBatch, writer_id: str) -> bool:

@@ -8,22 +8,30 @@ Its *scan offset* S splits it in two:
 - from S on the scan has not looked yet: a half there ended only if END_TRANSACTION said so,
   which ``ended`` records (with the op record's queue offset).
 
+Exactly-once halves are the exception: they are tracked as whole prepared batches
+(``prepared``, prepared_ranges.py), never as pending halves, and the scan jumps over them. A
+half in an open prepared range has not ended unless ``ended`` says so.
+
 ``ended`` also remembers the outcome of recently ended halves below S (at most
 ENDED_REMEMBERED_MAX; older ones are known to have ended, their outcome no longer).
 
 Checkpoint file ``<storePathRootDir>/config/transactionProgress.json`` (tidemq's own; a
 RocketMQ broker keeps the same facts as consumer offsets of group CID_RMQ_SYS_TRANS)::
 
-    {"halfScanOffset": 1200, "opReplayOffset": 1187, "pending": {"1042": 3, "1190": 0}}
+    {"halfScanOffset": 1200, "opReplayOffset": 1187, "pending": {"1042": 3, "1190": 0},
+     "eosRanges": [[1100, 256], [1356, 256]]}
 
 - ``halfScanOffset``: S;
 - ``pending``: half queue offset -> checks sent so far, for every pending half below S;
+- ``eosRanges``: ``[first, count]`` of every open prepared exactly-once range (absent in
+  older files: none);
 - ``opReplayOffset``: an op-queue offset from which replaying the op records rebuilds
-  everything else: the lowest op offset among halves at or above S that had ended, or the
-  op queue's end when there were none.
+  everything else: the lowest op offset among halves at or above S, or in an open range,
+  that had ended, or the op queue's end when there were none.
 
-Restart = load the checkpoint, replay op records from ``opReplayOffset`` (an op for a
-pending half ends it; one at or above S goes to ``ended``), and scan on from S. Op records
+Restart = load the checkpoint, re-read the first half of each range, replay op records from
+``opReplayOffset`` (an op for a pending half, a half in a range, or one at or above S goes
+to ``ended``), and scan on from S. Op records
 are written on the same loop as the state changes, so a checkpoint taken there is
 consistent; what happened after the last one is rebuilt by the replay (ops) and the scan
 (halves). Only check counts of halves that became pending after the last checkpoint
@@ -42,6 +50,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidemq.broker.transaction.prepared_ranges import PreparedRange, PreparedRanges
 from tidemq.broker.transaction.records import Outcome
 from tidemq.protocol import jsonx
 from tidemq.protocol.jsonx import JsonShapeError
@@ -57,6 +66,7 @@ ENDED_REMEMBERED_MAX = 100_000
 _SCAN_FIELD = "halfScanOffset"
 _REPLAY_FIELD = "opReplayOffset"
 _PENDING_FIELD = "pending"
+_RANGES_FIELD = "eosRanges"
 
 
 @dataclass(slots=True)
@@ -79,6 +89,7 @@ class Checkpoint:
     half_scan_offset: int = 0
     op_replay_offset: int = 0
     pending_check_times: dict[int, int] = field(default_factory=dict)
+    prepared_ranges: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +120,7 @@ class TransactionProgress:
         # RocketMQ, or the op record is unknown (ended by a crash-recovery lookup).
         self.ended: dict[int, tuple[Outcome | None, int]] = {}
         self._due: list[tuple[int, int]] = []  # heap of (next_check_ms, half queue offset)
+        self.prepared = PreparedRanges()
         self._forget_above = 2 * ENDED_REMEMBERED_MAX
         self._written: Checkpoint | None = self.loaded
 
@@ -119,13 +131,18 @@ class TransactionProgress:
         found = self.ended.get(half_offset)
         if found is not None:
             return True, found[0]
-        if half_offset < self.scan_offset and half_offset not in self.pending:
+        if (half_offset < self.scan_offset and half_offset not in self.pending
+                and (not self.prepared or self.prepared.find(half_offset) is None)):
             return True, None
         return False, None
 
     def end(self, half_offset: int, outcome: Outcome | None, op_offset: int) -> None:
         """Record that a half ended (its op record is at ``op_offset``)."""
         self.ended[half_offset] = (outcome, op_offset)
+        if self.prepared:
+            prepared = self.prepared.find(half_offset)
+            if prepared is not None:
+                prepared.note_end(op_offset)
         pending = self.pending.pop(half_offset, None)
         if pending is not None:
             self._pending_by_id.pop((pending.producer_group, pending.transaction_id), None)
@@ -134,6 +151,19 @@ class TransactionProgress:
             # Amortized: the next pass comes after another ENDED_REMEMBERED_MAX ends, even
             # when this one could not forget anything (all of them above the scan offset).
             self._forget_above = len(self.ended) + ENDED_REMEMBERED_MAX
+
+    def end_range(self, prepared: PreparedRange, outcome: Outcome, op_offset: int,
+                  offsets: list[int]) -> None:
+        """Record that the halves at ``offsets`` of ``prepared`` ended by one op record, and
+        forget the range (every other half of it had ended before)."""
+        self.prepared.remove(prepared)
+        ended = self.ended
+        entry = (outcome, op_offset)
+        for half_offset in offsets:
+            ended[half_offset] = entry
+        if len(ended) > self._forget_above:
+            self._forget_old_outcomes()
+            self._forget_above = len(ended) + ENDED_REMEMBERED_MAX
 
     def add_pending(self, half: PendingHalf) -> None:
         """Track a half that waits for its outcome; it is due for a check at next_check_ms."""
@@ -180,7 +210,12 @@ class TransactionProgress:
         # The oldest entries below the scan offset go; lookups of them still say "ended".
         scan = self.scan_offset
         excess = len(self.ended) - ENDED_REMEMBERED_MAX
-        removable = [h for h in self.ended if h < scan]  # oldest first: insertion order
+        prepared = self.prepared
+        # Oldest first (insertion order); an end within an open range is what keeps that
+        # half from counting as open, so it stays.
+        lowest = prepared.lowest_first()
+        removable = [h for h in self.ended if h < scan and (
+            lowest is None or h < lowest or prepared.find(h) is None)]
         for half_offset in itertools.islice(removable, max(0, excess)):
             del self.ended[half_offset]
 
@@ -193,10 +228,14 @@ class TransactionProgress:
         for half_offset, (_, op_offset) in self.ended.items():
             if half_offset >= scan and op_offset < replay:
                 replay = op_offset
+        apart = self.prepared.op_offset_min()  # halves of open ranges that ended on their own
+        if apart is not None:
+            replay = min(replay, apart)
         return Checkpoint(
             half_scan_offset=scan,
             op_replay_offset=replay,
             pending_check_times={h: p.check_times for h, p in self.pending.items()},
+            prepared_ranges=self.prepared.spans(),
         )
 
     def snapshot(self, op_max_offset: int) -> ProgressSnapshot | None:
@@ -209,6 +248,8 @@ class TransactionProgress:
             _REPLAY_FIELD: checkpoint.op_replay_offset,
             _PENDING_FIELD: {str(h): n for h, n in sorted(checkpoint.pending_check_times.items())},
         }
+        if checkpoint.prepared_ranges:
+            document[_RANGES_FIELD] = [list(span) for span in checkpoint.prepared_ranges]
         return ProgressSnapshot(checkpoint, jsonx.dumps(document, pretty=True))
 
     def write_snapshot(self, snapshot: ProgressSnapshot) -> None:
@@ -238,7 +279,20 @@ def _parse(data: bytes) -> Checkpoint:
                 f"{_PENDING_FIELD} entry {key!r}: {value!r} is not 'half offset': check count"
             )
         pending[int(text)] = max(0, value)
-    return Checkpoint(scan, replay, pending)
+    return Checkpoint(scan, replay, pending, _spans(document.get(_RANGES_FIELD, [])))
+
+
+def _spans(value: Any) -> list[tuple[int, int]]:
+    if not isinstance(value, list):
+        raise JsonShapeError(f"{_RANGES_FIELD} is not a list of [first offset, count]")
+    spans = []
+    for item in value:
+        if (not isinstance(item, list) or len(item) != 2
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                           for n in item)):
+            raise JsonShapeError(f"{_RANGES_FIELD} entry {item!r} is not [first offset, count]")
+        spans.append((item[0], item[1]))
+    return spans
 
 
 def _offset(document: dict[str, Any], name: str) -> int:

@@ -61,7 +61,9 @@ Check counts of halves that became pending after the last checkpoint start again
 *Exactly-once batches* (exactly_once.py): a SEND_BATCH_MESSAGE marked transactional is stored
 as halves in one put (``prepare_batch``); tidemq's EOS_COMMIT_BATCH commits a Spark
 micro-batch's halves once per (query id, batch id), and the check service ends exactly-once
-halves by their batch's decision instead of asking a producer.
+halves by their batch's decision instead of asking a producer. Such a put is tracked as one
+*prepared range* (prepared_ranges.py), not as pending halves: the scan jumps over it, the
+checkpoint lists it, and it is committed or rolled back as a whole (range_ends.py).
 
 *Finding a transaction* (for an exactly-once sink that commits later, from another process):
 ``find_half(producer_group, transaction_id)`` returns an unended half by the producer's
@@ -87,6 +89,8 @@ from tidemq.broker.config import PERM_READ, PERM_WRITE, BrokerConfig, BrokerRole
 from tidemq.broker.schedule_service import redirect_delayed
 from tidemq.broker.transaction.checker import READ_BYTES_MAX, TransactionChecker
 from tidemq.broker.transaction.end_writer import SUCCESS, EndAnswer, EndWriter
+from tidemq.broker.transaction.eos_records import eos_identity
+from tidemq.broker.transaction.prepared_ranges import PreparedRange
 from tidemq.broker.transaction.progress import (
     PROGRESS_FILE_NAME,
     Checkpoint,
@@ -544,12 +548,15 @@ class TransactionService:
         check_times = {
             h: n for h, n in checkpoint.pending_check_times.items() if half_min <= h < scan
         }
+        self._restore_prepared(checkpoint.prepared_ranges, half_min)
+        prepared = progress.prepared
         replay_from = min(max(checkpoint.op_replay_offset, op_min), op_max)
         replayed = 0
         for op_offset, op in self._read_queue(OP_TOPIC, replay_from):
             outcome = op_outcome(op)
             for half_offset in op_half_offsets(op):
-                if half_offset in check_times or half_offset >= scan:
+                if (half_offset in check_times or half_offset >= scan
+                        or (prepared and prepared.find(half_offset) is not None)):
                     check_times.pop(half_offset, None)
                     progress.end(half_offset, outcome, op_offset)
                     replayed += 1
@@ -563,6 +570,29 @@ class TransactionService:
                 "by op records replayed from op offset %d",
                 half_max, scan, len(progress.pending), replayed, replay_from,
             )
+
+    def _restore_prepared(self, spans: list[tuple[int, int]], half_min: int) -> None:
+        """Track the checkpoint's open exactly-once ranges again (prepared_ranges.py): the
+        identity and store time come from each range's first half."""
+        for first, count in spans:
+            if first < half_min:
+                continue  # retention removed (part of) it: its halves end as they are met
+            half = self._read_half(first)
+            identity = eos_identity(half) if half is not None else None
+            if half is None or identity is None:
+                log.warning("exactly-once halves at offsets %d-%d are no longer readable; "
+                            "they are not tracked", first, first + count - 1)
+                continue
+            due_ms = half.store_timestamp + self.immunity_ms(half.properties)
+            if self.stored_before_start(first):
+                due_ms = max(due_ms, self._started_ms + self.settings.check_interval_ms)
+            query_id, batch_text, writer_id = identity
+            self.progress.prepared.add(PreparedRange(
+                first=first, count=count, query_id=query_id, batch_text=batch_text,
+                writer_id=writer_id,
+                producer_group=half.properties.get(PROPERTY_PRODUCER_GROUP, ""),
+                due_ms=due_ms,
+            ))
 
     def _read_queue(self, topic: str, start: int) -> Iterator[tuple[int, MessageExt]]:
         """``(queue offset, record)`` of queue 0 of ``topic`` from ``start`` to its end."""
@@ -609,7 +639,7 @@ class TransactionService:
     def track(self, half: MessageExt, check_times: int = 0) -> None:
         """Make ``half`` pending, first due after its immunity (module docstring)."""
         properties = half.properties
-        due_ms = half.store_timestamp + self._immunity_ms(properties)
+        due_ms = half.store_timestamp + self.immunity_ms(properties)
         if self.stored_before_start(half.queue_offset):
             due_ms = max(due_ms, self._started_ms + self.settings.check_interval_ms)
         self.progress.add_pending(
@@ -624,7 +654,9 @@ class TransactionService:
             )
         )
 
-    def _immunity_ms(self, properties: dict[str, str]) -> int:
+    def immunity_ms(self, properties: dict[str, str]) -> int:
+        """How long after its store time a half is first due: CHECK_IMMUNITY_TIME_IN_SECONDS
+        in ms, else transactionTimeOut."""
         text = properties.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, "").strip()
         if text.isdigit():
             return int(text) * 1000
