@@ -771,45 +771,12 @@ def decode_batch_body(data: bytes | bytearray | memoryview) -> list[BatchEntry]:
     Raises:
         RemoteProtocolError: an entry's sizes do not add up or run past the body.
     """
-    if type(data) is bytes:
-        return _decode_batch_body(data)
-    with memoryview(data) as view:  # released on return: entries hold copies
-        return _decode_batch_body(view)
-
-
-def _decode_batch_body(source: bytes | memoryview) -> list[BatchEntry]:
-    # One unpack of the 20-byte entry head, one of PROPERTIESLENGTH and two slices per entry;
-    # an entry whose sizes do not add up is described by _batch_entry_error.
-    entries: list[BatchEntry] = []
-    append = entries.append
-    unpack_head = _BATCH_ENTRY_HEAD.unpack_from
-    unpack_int16 = _INT16.unpack_from
-    head_size = _BATCH_ENTRY_HEAD.size
-    end = len(source)
-    position = 0
-    while position < end:
-        if end - position < BATCH_ENTRY_FIXED_SIZE:
-            raise _batch_entry_error(source, position, end)
-        total, _, _, flag, body_length = unpack_head(source, position)
-        body_start = position + head_size
-        body_end = body_start + body_length
-        properties_start = body_end + 2
-        entry_end = position + total
-        if (
-            body_length < 0
-            or not properties_start <= entry_end <= end
-            or properties_start + unpack_int16(source, body_end)[0] != entry_end
-        ):
-            raise _batch_entry_error(source, position, end)
-        append(
-            BatchEntry(
-                bytes(source[body_start:body_end]),
-                str(source[properties_start:entry_end], "utf-8", "replace"),
-                flag,
-            )
-        )
-        position = entry_end
-    return entries
+    columns = decode_batch_columns(data)
+    return [
+        BatchEntry(body, str(properties, "utf-8", "replace"), flag)
+        for body, properties, flag in zip(
+            columns.bodies, columns.properties, columns.flags, strict=True)
+    ]
 
 
 @dataclass(slots=True)
@@ -836,7 +803,8 @@ def decode_batch_columns(data: bytes | bytearray | memoryview) -> BatchColumns:
 
 
 def _decode_batch_columns(source: bytes) -> BatchColumns:
-    # One entry at a time, with decode_batch_body's checks.
+    # One unpack of the 20-byte entry head, one of PROPERTIESLENGTH and two slices per entry;
+    # an entry whose sizes do not add up is described by _batch_entry_error.
     bodies: list[bytes] = []
     properties: list[bytes] = []
     flags: list[int] = []

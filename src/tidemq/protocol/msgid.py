@@ -143,19 +143,8 @@ def new_unique_key() -> str:
     Safe to call from several threads: the counter is an ``itertools.count`` (atomic under
     the GIL), and only the monthly recomputation of the time base takes a lock.
     """
-    # _key_head's steps inlined: single sends call this once per message.
-    global _state
-    state = _state
-    if state is None:
-        state = _state = _UniqueKeyState()
-    now_ms = time.time_ns() // 1_000_000
-    start, end = state.month
-    if not start <= now_ms < end:
-        with state.lock:
-            state.month = _month_bounds_ms(now_ms)
-            start = state.month[0]
-    elapsed = (now_ms - start) & 0xFFFFFFFF
-    return f"{state.prefix_hex}{elapsed:08X}{next(state.counter) & 0xFFFF:04X}"
+    state, head = _key_head()
+    return f"{head}{next(state.counter) & 0xFFFF:04X}"
 
 
 def new_unique_keys(count: int) -> list[str]:
