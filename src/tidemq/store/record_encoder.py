@@ -255,18 +255,11 @@ def _encode_columns(
     properties = list(map(str.encode, property_strings))
     properties_lengths = list(map(len, properties))
     body_lengths = list(map(len, bodies))
-    topic_bytes = topic.encode("utf-8")
-    topic_field = bytes((len(topic_bytes),)) + topic_bytes
-    sizes = list(map(
-        add, map(add, body_lengths, properties_lengths),
-        repeat(RECORD_PREFIX_SIZE_IPV4 + len(topic_field) + 2),
-    ))
-    if (
-        max(properties_lengths) > PROPERTIES_SIZE_MAX
-        or max(body_lengths) > max_message_size
-        or max(sizes) > segment_size
-    ):
+    sized = _ipv4_record_sizes(topic, body_lengths, properties_lengths, max_message_size,
+                               segment_size)
+    if sized is None:
         return None
+    topic_field, sizes = sized
     store_address, store_port = store_host
     try:
         prefixes = list(map(
@@ -280,8 +273,6 @@ def _encode_columns(
         ))
     except (struct.error, OverflowError, TypeError):
         return None
-    # TOPICLENGTH TOPIC PROPERTIESLENGTH: the topic part is the same for every record.
-    topic_and_lengths = map(add, repeat(topic_field), map(_pack_int16, properties_lengths))
     if tag_code_overrides.count(None) != count:
         tag_codes = [
             derived if override is None else override
@@ -291,9 +282,7 @@ def _encode_columns(
         topic=topic,
         queue_id=queue_id,
         transaction_type=transaction_type,
-        buffer=bytearray().join(
-            chain.from_iterable(zip(prefixes, bodies, topic_and_lengths, properties, strict=True))
-        ),
+        buffer=_join_records(prefixes, bodies, topic_field, properties, properties_lengths),
         sizes=sizes,
         store_timestamp=store_timestamp,
         store_timestamp_positions=None,
@@ -345,18 +334,11 @@ def encode_message_batch(
     properties = batch.properties
     properties_lengths = list(map(len, properties))
     body_lengths = list(map(len, bodies))
-    topic_bytes = topic.encode("utf-8")
-    topic_field = bytes((len(topic_bytes),)) + topic_bytes
-    sizes = list(map(
-        add, map(add, body_lengths, properties_lengths),
-        repeat(RECORD_PREFIX_SIZE_IPV4 + len(topic_field) + 2),
-    ))
-    if (
-        max(properties_lengths) > PROPERTIES_SIZE_MAX
-        or max(body_lengths) > max_message_size
-        or max(sizes) > segment_size
-    ):
+    sized = _ipv4_record_sizes(topic, body_lengths, properties_lengths, max_message_size,
+                               segment_size)
+    if sized is None:
         return None
+    topic_field, sizes = sized
     try:
         prefixes = list(map(
             _pack_prefix, sizes, repeat(MAGIC_V1),
@@ -373,20 +355,56 @@ def encode_message_batch(
     tag_codes: list[int | None] = (
         [0] * count if tags is None else list(map(_cached_tags_code, tags))
     )
-    topic_and_lengths = map(add, repeat(topic_field), map(_pack_int16, properties_lengths))
     return EncodedBatch(
         topic=topic,
         queue_id=queue_id,
         transaction_type=transaction_type,
-        buffer=bytearray().join(
-            chain.from_iterable(zip(prefixes, bodies, topic_and_lengths, properties, strict=True))
-        ),
+        buffer=_join_records(prefixes, bodies, topic_field, properties, properties_lengths),
         sizes=sizes,
         store_timestamp=store_timestamp,
         store_timestamp_positions=None,
         tag_codes=tag_codes,
         keys=batch.keys if with_keys else None,
         delay_levels=None,
+    )
+
+
+def _ipv4_record_sizes(
+    topic: str,
+    body_lengths: list[int],
+    properties_lengths: list[int],
+    max_message_size: int,
+    segment_size: int,
+) -> tuple[bytes, list[int]] | None:
+    """The topic field and each IPv4 record's size, or None when a record breaks a limit
+    (the one-by-one path then refuses it and names the limit)."""
+    topic_bytes = topic.encode("utf-8")
+    topic_field = bytes((len(topic_bytes),)) + topic_bytes  # TOPICLENGTH TOPIC
+    sizes = list(map(
+        add, map(add, body_lengths, properties_lengths),
+        repeat(RECORD_PREFIX_SIZE_IPV4 + len(topic_field) + 2),
+    ))
+    if (
+        max(properties_lengths) > PROPERTIES_SIZE_MAX
+        or max(body_lengths) > max_message_size
+        or max(sizes) > segment_size
+    ):
+        return None
+    return topic_field, sizes
+
+
+def _join_records(
+    prefixes: list[bytes],
+    bodies: Sequence[bytes],
+    topic_field: bytes,
+    properties: Sequence[bytes],
+    properties_lengths: list[int],
+) -> bytearray:
+    """The records, each PREFIX BODY TOPICLENGTH TOPIC PROPERTIESLENGTH PROPERTIES, in one
+    buffer."""
+    topic_and_lengths = map(add, repeat(topic_field), map(_pack_int16, properties_lengths))
+    return bytearray().join(
+        chain.from_iterable(zip(prefixes, bodies, topic_and_lengths, properties, strict=True))
     )
 
 

@@ -43,6 +43,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from tidemq.errors import StoreError
 from tidemq.protocol.message import SYSFLAG_TRANSACTION_MASK
@@ -176,15 +177,7 @@ class StoreCore(MessageStore):
         if len(messages) == 1 or self._closed or self._not_writable_reason is not None:
             return [self._put((message,)) for message in messages]
         try:
-            batch = encode_messages(
-                messages,
-                store_host=self.config.store_host,
-                store_timestamp=int(time.time() * 1000),
-                max_message_size=self.config.max_message_size,
-                segment_size=self.commit_log.file_size,
-                with_keys=self.index is not None,
-                mixed_queues=True,
-            )
+            batch = encode_messages(messages, **self._encoding(), mixed_queues=True)
         except EncodeRejected:
             # Some message is bad: one by one, so that only it is refused (and named).
             return [self._put((message,)) for message in messages]
@@ -229,18 +222,21 @@ class StoreCore(MessageStore):
             )
         ]
 
+    def _encoding(self) -> dict[str, Any]:
+        """The encoders' settings: this store's host and limits, and the time now."""
+        return {
+            "store_host": self.config.store_host,
+            "store_timestamp": int(time.time() * 1000),
+            "max_message_size": self.config.max_message_size,
+            "segment_size": self.commit_log.file_size,
+            "with_keys": self.index is not None,
+        }
+
     def _put(self, messages: list[StoreMessage] | tuple[StoreMessage, ...]) -> PutResult:
         if self._closed or self._not_writable_reason is not None:
             return self._unavailable()
         try:
-            batch = encode_messages(
-                messages,
-                store_host=self.config.store_host,
-                store_timestamp=int(time.time() * 1000),
-                max_message_size=self.config.max_message_size,
-                segment_size=self.commit_log.file_size,
-                with_keys=self.index is not None,
-            )
+            batch = encode_messages(messages, **self._encoding())
         except EncodeRejected as e:
             return PutResult(e.status, e.remark)
         return self._append(batch)
@@ -250,14 +246,7 @@ class StoreCore(MessageStore):
         if self._closed or self._not_writable_reason is not None:
             return self._unavailable()
         try:
-            encoded = encode_message_batch(
-                batch,
-                store_host=self.config.store_host,
-                store_timestamp=int(time.time() * 1000),
-                max_message_size=self.config.max_message_size,
-                segment_size=self.commit_log.file_size,
-                with_keys=self.index is not None,
-            )
+            encoded = encode_message_batch(batch, **self._encoding())
         except EncodeRejected as e:
             return PutResult(e.status, e.remark)
         if encoded is None:
