@@ -162,13 +162,7 @@ class ExactlyOnceDelivery(Delivery):
                 return client.send_half_batch_async(identity, queue, chunk.body, chunk.count)
 
             sender = TaskSender(options, layout, client.queues, submit, queue_for_block, stored)
-            try:
-                for batch in batches:
-                    sender.send_batch(batch)
-                sender.finish()
-            except BaseException:
-                sender.cancel()
-                raise
+            sender.send_all(batches)
         report.requests = sender.requests
         return report
 

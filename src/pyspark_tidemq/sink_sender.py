@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -113,6 +113,17 @@ class TaskSender:
         """Wait until every request is answered (raises the first failure)."""
         while self._in_flight:
             self._settle(self._in_flight.popleft())
+
+    def send_all(self, batches: Iterable[pa.RecordBatch]) -> None:
+        """Send every row of ``batches`` and wait for every answer; on any failure stop
+        waiting for the requests still in flight and raise it."""
+        try:
+            for batch in batches:
+                self.send_batch(batch)
+            self.finish()
+        except BaseException:
+            self.cancel()
+            raise
 
     def cancel(self) -> None:
         """Stop waiting for requests in flight (the task failed)."""

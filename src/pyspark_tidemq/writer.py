@@ -93,13 +93,7 @@ class AtLeastOnceDelivery(Delivery):
 
             sender = TaskSender(options, layout, client.queues, submit,
                                 lambda queues, row: None, stored)
-            try:
-                for batch in batches:
-                    sender.send_batch(batch)
-                sender.finish()
-            except BaseException:
-                sender.cancel()
-                raise
+            sender.send_all(batches)
         report.requests = sender.requests
         return report
 
