@@ -73,6 +73,8 @@ from tidemq.protocol.message import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MSG_REGION,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_TRACE_SWITCH,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -84,7 +86,7 @@ from tidemq.protocol.message import (
     decode_batch_columns,
     decode_properties,
 )
-from tidemq.protocol.msgid import new_unique_key
+from tidemq.protocol.msgid import new_unique_key, new_unique_keys
 from tidemq.store.batch_properties import merge_batch_properties
 from tidemq.store.interface import MessageBatch, PutResult, PutStatus, StoreMessage
 
@@ -490,11 +492,17 @@ class SendMessageProcessor:
         born_host = connection.remote_address
         born_timestamp = header.born_timestamp
         reconsume_times = header.reconsume_times or 0
+        transactions = broker.transaction_service
+        if prepared:
+            # Each half keeps its real destination (records.py); set with the batch's
+            # properties, it has the same place in the stored text on both paths below.
+            batch_properties[PROPERTY_REAL_TOPIC] = topic
+            batch_properties[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
         # The hottest path: the entries' properties merged with the batch's column by column
         # (store/batch_properties.py), else with a dict per message; the same stored bytes.
-        merged = None if prepared else merge_batch_properties(
-            columns.properties, batch_properties, new_unique_key
-        )
+        merged = merge_batch_properties(
+            columns.properties, batch_properties, new_unique_keys
+        ) if not prepared or transactions.takes_columns(batch_properties) else None
         if merged is None:
             messages = _batch_messages(
                 topic, queue_id, columns, batch_properties, sysflag, born_timestamp, born_host,
@@ -502,15 +510,16 @@ class SendMessageProcessor:
             )
         body_bytes = sum(map(len, columns.bodies))
         started = time.monotonic()
-        if prepared:
-            result = broker.transaction_service.prepare_batch(messages)
-        elif merged is None:
-            result = broker.store.put_messages(messages)
+        if merged is None:
+            result = (transactions.prepare_batch(messages) if prepared
+                      else broker.store.put_messages(messages))
         else:
-            result = broker.store.put_batch(MessageBatch(
+            batch = MessageBatch(
                 topic, queue_id, columns.bodies, merged.properties, columns.flags, merged.tags,
                 merged.keys, sysflag, born_timestamp, born_host, reconsume_times,
-            ))
+            )
+            result = (transactions.prepare_columns(batch, batch_properties) if prepared
+                      else broker.store.put_batch(batch))
         self._count(result, body_bytes, started)
         return _Stored(result, wait, queue_id)
 

@@ -11,9 +11,11 @@ suspended pull); for a oneway request nothing is ever sent.
 
 A code may also have a *group handler*, ``async def group_handler(requests, connection) ->
 list[RemotingCommand | None]``: the requests of that code one read brought (``dispatch_many``)
-are served by one call, in their order, one response per request. A broker appends single
-sends that arrived together in one pass this way (one task, one store append), where a task
-per request cost more than the send itself. A lone request still goes to ``handler``.
+are served by one call, in their order, one response per request (oneway requests among
+them too: their responses are dropped). A broker appends single sends that arrived together
+in one pass this way (one task, one store append), where a task per request cost more than
+the send itself; producers' oneway END_TRANSACTIONs share one end-writer flush. A lone
+request still goes to ``handler``.
 
 Outcomes the peer sees (protocol-notes §1.5):
 
@@ -188,7 +190,7 @@ class RequestDispatcher:
         routes = self._routes
         for request in requests:
             route = routes.get(request.code)
-            if route is None or route.group_handler is None or request.flag & FLAG_ONEWAY:
+            if route is None or route.group_handler is None:
                 self.dispatch(request, connection)
                 continue
             if route.pending >= route.max_pending:

@@ -8,7 +8,8 @@ decode, update, render: the costliest step of the batch path after the CRC.
 ``merge_batch_properties`` gives the same stored bytes without a dict, in the common case:
 every entry's PROPERTIES is valid UTF-8, well-formed (each piece ``name\\x01value`` with a
 non-empty name and value, no name twice) and names the same properties in the same order
-(what a producer sends for messages made alike, e.g. UNIQ_KEY alone, or TAGS, KEYS, UNIQ_KEY).
+(what a producer sends for messages made alike, e.g. UNIQ_KEY alone, or TAGS, KEYS, UNIQ_KEY),
+or no entry has properties at all (the Spark sink's rows).
 Then one split of the joined texts gives a column of values per name, checked with a few C
 calls for the whole batch, and each stored text is one ``bytes %`` of a template that holds
 the batch's values, or just the entry's text with the batch's properties appended. Any other
@@ -60,21 +61,29 @@ class MergedProperties:
 def merge_batch_properties(
     texts: Sequence[bytes],
     batch_properties: Mapping[str, str],
-    new_unique_key: Callable[[], str],
+    new_unique_keys: Callable[[int], list[str]],
 ) -> MergedProperties | None:
     """Merge each entry's PROPERTIES (bytes as sent) with the batch's (module docstring).
 
     Args:
         texts: each entry's PROPERTIES bytes.
         batch_properties: the batch's properties, WAIT already removed, CLUSTER set.
-        new_unique_key: makes the UNIQ_KEY of an entry that has none.
+        new_unique_keys: makes ``n`` UNIQ_KEYs, for the entries that have none.
     Returns:
         The merged properties, or None when the batch is not in the common form (then merge
         with dicts; nothing here refuses a batch).
     """
     count = len(texts)
-    if not count or b"" in texts:
+    if not count:
         return None
+    empty = texts.count(b"")
+    if empty:
+        if empty != count:
+            return None
+        try:
+            return _merge_into_empty(count, batch_properties, new_unique_keys)
+        except UnicodeEncodeError:
+            return None  # a batch value the dict path would fail on the same way
     joined = _PROPERTY.join(texts)
     if not joined.isascii():
         try:
@@ -99,7 +108,7 @@ def merge_batch_properties(
     ):
         return None
     try:
-        return _merge(names, values, count, texts, batch_properties, new_unique_key)
+        return _merge(names, values, count, texts, batch_properties, new_unique_keys)
     except UnicodeEncodeError:
         return None  # a batch value the dict path would fail on the same way
 
@@ -110,7 +119,7 @@ def _merge(
     count: int,
     texts: Sequence[bytes],
     batch_properties: Mapping[str, str],
-    new_unique_key: Callable[[], str],
+    new_unique_keys: Callable[[int], list[str]],
 ) -> MergedProperties | None:
     width = len(names)
     entry_names = [name.decode("utf-8") for name in names]
@@ -147,7 +156,7 @@ def _merge(
     unique_key_slot: list[bytes] = []
     if unique_keys is None:
         changed = True
-        unique_keys = [new_unique_key().encode("ascii") for _ in range(count)]
+        unique_keys = list(map(str.encode, new_unique_keys(count)))
         unique_key_slot.append(_UNIQ_KEY_NAME + _NAME_VALUE + b"%b")
         columns.append(unique_keys)
     if not changed:
@@ -165,6 +174,36 @@ def _merge(
         properties,
         _texts(sources.get(PROPERTY_TAGS), count),
         _index_keys(_texts(unique_keys, count), _texts(sources.get(PROPERTY_KEYS), count)),
+    )
+
+
+def _merge_into_empty(
+    count: int,
+    batch_properties: Mapping[str, str],
+    new_unique_keys: Callable[[int], list[str]],
+) -> MergedProperties | None:
+    # Entries without properties (the Spark sink's rows): each stores the batch's pairs in
+    # the batch's order, then a UNIQ_KEY of its own unless the batch names one.
+    head = _PROPERTY.join(
+        name.encode("utf-8") + _NAME_VALUE + value.encode("utf-8")
+        for name, value in batch_properties.items()
+    )
+    batch_key = batch_properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    if batch_key == "":
+        return None  # index_keys skips an empty UNIQ_KEY: left to the dict path
+    if batch_key is None:
+        keys = new_unique_keys(count)
+        key_head = (head + _PROPERTY if head else b"") + _UNIQ_KEY_NAME + _NAME_VALUE
+        properties = list(map(add, repeat(key_head), map(str.encode, keys)))
+    else:
+        keys = [batch_key] * count
+        properties = [head] * count
+    tags = batch_properties.get(PROPERTY_TAGS)
+    user_keys = batch_properties.get(PROPERTY_KEYS)
+    return MergedProperties(
+        properties,
+        None if tags is None else [tags] * count,
+        _index_keys(keys, None if user_keys is None else [user_keys] * count),
     )
 
 

@@ -87,7 +87,10 @@ class MessageBatch:
     ``name\x01value`` once, no empty name or value). ``tags[i]`` and ``keys[i]`` must say
     what it says: its TAGS (``tags`` is None when no message has TAGS) and its index keys,
     UNIQ_KEY then each KEYS token; the store takes the tag codes and index keys from them,
-    while recovery and every reader see the stored text.
+    while recovery and every reader see the stored text. ``prepared_transaction_offsets``
+    (None: all 0) gives each record's PREPARED_TRANSACTION_OFFSET: the commit-log offset of
+    the half message a committed copy was made from. ``body_crcs`` (None: computed) gives
+    each record's BODYCRC as stored, when the caller has it (a copy of a stored record).
     """
 
     topic: str
@@ -101,18 +104,23 @@ class MessageBatch:
     born_timestamp: int = 0
     born_host: str = "127.0.0.1:0"
     reconsume_times: int = 0
+    prepared_transaction_offsets: list[int] | None = None
+    body_crcs: list[int] | None = None
 
     def to_store_messages(self) -> list[StoreMessage]:
         """The same messages one by one, for the general append path."""
         messages: list[StoreMessage] = []
-        for body, raw, flag in zip(self.bodies, self.properties, self.flags, strict=True):
+        prepared_offsets = self.prepared_transaction_offsets or [0] * len(self.bodies)
+        for body, raw, flag, prepared_offset in zip(
+            self.bodies, self.properties, self.flags, prepared_offsets, strict=True
+        ):
             text = raw.decode("utf-8")
             properties = dict(
                 piece.split(NAME_VALUE_SEPARATOR, 1) for piece in text.split(PROPERTY_SEPARATOR)
             ) if text else {}
             messages.append(StoreMessage(
                 self.topic, self.queue_id, body, properties, flag, self.sysflag,
-                self.born_timestamp, self.born_host, self.reconsume_times,
+                self.born_timestamp, self.born_host, self.reconsume_times, prepared_offset,
                 properties_text=text,
             ))
         return messages

@@ -342,12 +342,12 @@ def encode_message_batch(
     try:
         prefixes = list(map(
             _pack_prefix, sizes, repeat(MAGIC_V1),
-            map(and_, map(crc32, bodies), repeat(_BODY_CRC_MASK)),
+            batch.body_crcs or map(and_, map(crc32, bodies), repeat(_BODY_CRC_MASK)),
             repeat(queue_id), batch.flags, repeat(0), repeat(0),
             repeat(sysflag & _NO_V6_FLAGS), repeat(batch.born_timestamp),
             repeat(born_address), repeat(born_port), repeat(store_timestamp),
             repeat(store_address), repeat(store_port), repeat(batch.reconsume_times),
-            repeat(0), body_lengths,
+            batch.prepared_transaction_offsets or repeat(0), body_lengths,
         ))
     except (struct.error, OverflowError, TypeError):
         return None

@@ -8,17 +8,19 @@ clock (store times stay real), never by sleeping.
 from __future__ import annotations
 
 import asyncio
+import struct
 import uuid
 
 import pytest
 
-from tidemq.broker.transaction import Outcome
+from tidemq.broker.transaction import Outcome, range_ends
 from tidemq.broker.transaction import exactly_once as broker_eos
 from tidemq.broker.transaction.eos_decisions import (
     DECIDED_BATCHES_PER_QUERY_MAX,
     BatchDecision,
     EosDecisions,
 )
+from tidemq.broker.transaction.eos_records import eos_committed_message
 from tidemq.broker.transaction.service import wall_clock_ms
 from tidemq.client import exactly_once as client_eos
 from tidemq.client.exactly_once import EosIdentity, WriterHalves
@@ -32,6 +34,8 @@ from tidemq.protocol.message import (
     encode_batch_body,
     encode_properties,
 )
+from tidemq.store.interface import PutStatus
+from tidemq.store.record_encoder import index_keys
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TOPIC = "Orders"
@@ -351,3 +355,63 @@ def test_committed_rows_keep_their_own_properties_and_lose_the_eos_ones(
             message.properties)
         assert not any(name.startswith("EOS_") for name in message.properties)
         assert message.transaction_type == 8  # a committed transactional message
+
+
+@pytest.mark.parametrize("row_properties", [
+    [{} for _ in range(30)],  # the sink's rows: the broker gives each a UNIQ_KEY
+    [{"TAGS": f"t{i % 3}", "KEYS": f"k{i} shared", "pct": "50%"} for i in range(30)],
+    [{"UNIQ_KEY": f"U{i:030d}", "KEYS": f"k{i}"} for i in range(30)],
+])
+def test_a_range_commits_by_columns_to_the_per_half_rules_bytes(broker, handlers,
+                                                                row_properties):
+    # The column path (range_ends.committed_columns) must store what the per-half rule
+    # (eos_committed_message) stores: same bytes, tag codes, index keys and prepared offsets.
+    broker.topic_config_manager.create_topic_for_send_back(TOPIC, 4, 6)
+    table = handlers(broker)
+    writer = identity(batch_id=3)
+    request = half_batch(writer, [])
+    request.body = encode_batch_body([
+        BatchEntry(b"row-%d" % i, encode_properties(props))
+        for i, props in enumerate(row_properties)])
+    response = run(table.ask(request))
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    first, count = int(response.ext_fields["queueOffset"]), len(row_properties)
+    service = broker.transaction_service
+    parts = range_ends.read_range_bytes(service, first, count)
+    batch = range_ends.committed_columns(parts, first, count, ("query-1", "3", writer.writer_id))
+    assert batch is not None, "the sink's ranges must take the column path"
+    halves = range_ends.read_range(service, first, count)
+    expected = [eos_committed_message(half) for half in halves]
+    assert batch.prepared_transaction_offsets == [half.physical_offset for half in halves]
+    by_columns = batch.to_store_messages()
+    for made, wanted in zip(by_columns, expected, strict=True):
+        assert (made.topic, made.queue_id, made.body, made.flag, made.sysflag,
+                made.born_timestamp, made.born_host, made.reconsume_times,
+                made.prepared_transaction_offset) == (
+            wanted.topic, wanted.queue_id, wanted.body, wanted.flag, wanted.sysflag,
+            wanted.born_timestamp, wanted.born_host, wanted.reconsume_times,
+            wanted.prepared_transaction_offset)
+        assert made.properties_text == encode_properties(wanted.properties)
+    assert [list(keys) for keys in batch.keys] == [index_keys(m.properties) for m in expected]
+    assert batch.tags == (None if "TAGS" not in row_properties[0]
+                          else [m.properties["TAGS"] for m in expected])
+    # Stored through put_batch, the records are those put_messages makes of the rule's.
+    assert broker.store.put_batch(batch).status is PutStatus.PUT_OK
+    assert broker.store.put_messages(expected).status is PutStatus.PUT_OK
+    records = _records_without_store_fields(broker.store, TOPIC, 1, 2 * count)
+    assert records[:count] == records[count:]
+
+
+def _records_without_store_fields(store, topic: str, queue_id: int, count: int) -> list[bytes]:
+    # QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP differ between two puts of the same.
+    found = store.get_messages(topic, queue_id, 0, count, 1 << 30)
+    assert found.message_count == count
+    records, position = [], 0
+    while position < len(found.body):
+        (size,) = struct.unpack_from(">i", found.body, position)
+        record = bytearray(found.body[position:position + size])
+        for start, length in ((20, 8), (28, 8), (56, 8)):
+            record[start:start + length] = bytes(length)
+        records.append(bytes(record))
+        position += size
+    return records

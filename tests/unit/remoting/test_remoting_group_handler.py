@@ -6,7 +6,7 @@ import asyncio
 
 from remoting_helpers import echo, read_command
 
-from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.remoting import Connection, RemotingServer
 from tidemq.remoting.dispatch import GROUP_REQUESTS_MAX
@@ -137,3 +137,32 @@ def test_a_group_past_max_pending_is_answered_system_busy_for_the_rest(run):
     codes = sorted(response.code for response in responses)
     assert codes == sorted([ResponseCode.SUCCESS] * 3 + [ResponseCode.SYSTEM_BUSY] * 2)
     assert calls == [[0, 1, 2]]
+
+
+def test_oneway_requests_of_one_read_are_grouped_and_never_answered(run):
+    # Producers end transactions oneway: those that arrive together share one call.
+    calls: list[list[int]] = []
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(SEND, echo, group_handler=group_echo(calls))
+            oneways = requests_numbered(6)
+            for request in oneways:
+                request.flag |= FLAG_ONEWAY
+            marker = RemotingCommand.request(SEND, {"n": "99"}, body=b"b")
+            # Responses of one group are written in order: an answered oneway would come
+            # before the marker's answer.
+            return await _first_response(server, [*oneways, marker]), marker
+
+    first, marker = run(main())
+    assert calls == [[0, 1, 2, 3, 4, 5, 99]]
+    assert first.opaque == marker.opaque
+
+
+async def _first_response(server: RemotingServer, requests: list[RemotingCommand]):
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.bound_ports[0])
+    writer.write(b"".join(request.encode() for request in requests))
+    response = await asyncio.wait_for(read_command(reader), 10)
+    writer.close()
+    await writer.wait_closed()
+    return response

@@ -30,6 +30,11 @@ def key_factory():
     return lambda: f"GENERATED{next(counter):023d}"
 
 
+def keys_factory():
+    one = key_factory()
+    return lambda count: [one() for _ in range(count)]
+
+
 def dict_path(texts: list[bytes], batch_properties: dict[str, str], new_key) -> list[dict]:
     """The broker's rule with a dict per message: less WAIT, updated, UNIQ_KEY added."""
     merged = []
@@ -58,7 +63,9 @@ SHAPES = st.lists(st.tuples(NAMES, VALUES), max_size=5)
 @given(
     shape=SHAPES,
     values=st.lists(st.lists(VALUES, min_size=5, max_size=5), min_size=1, max_size=6),
-    batch=st.dictionaries(st.sampled_from(["CLUSTER", "TAGS", "b"]), VALUES.filter(bool)),
+    batch=st.dictionaries(
+        st.sampled_from(["CLUSTER", "TAGS", "KEYS", "UNIQ_KEY", "b"]), VALUES.filter(bool)
+    ),
 )
 def test_merge_gives_the_dict_paths_bytes_tags_and_keys(shape, values, batch):
     # Entries share a shape (names in order) with their own values: the common form when
@@ -68,7 +75,7 @@ def test_merge_gives_the_dict_paths_bytes_tags_and_keys(shape, values, batch):
         for own in values
     ]
     batch_properties = {**batch, "CLUSTER": "DefaultCluster"}
-    merged = merge_batch_properties(texts, batch_properties, key_factory())
+    merged = merge_batch_properties(texts, batch_properties, keys_factory())
     if merged is None:
         return
     expected = dict_path(texts, batch_properties, key_factory())
@@ -90,11 +97,12 @@ def test_merge_gives_the_dict_paths_bytes_tags_and_keys(shape, values, batch):
         ],
         [b"WAIT\x01true\x02TAGS\x01t", b"WAIT\x01false\x02TAGS\x01u"],
         [b"CLUSTER\x01mine\x02UNIQ_KEY\x01K0", b"CLUSTER\x01yours\x02UNIQ_KEY\x01K1"],
+        [b"", b"", b""],  # the Spark sink's rows: no properties of their own
     ],
 )
 def test_common_batches_take_the_column_path(texts):
     batch_properties = {"CLUSTER": "DefaultCluster"}
-    merged = merge_batch_properties(texts, batch_properties, key_factory())
+    merged = merge_batch_properties(texts, batch_properties, keys_factory())
     assert merged is not None
     assert merged.properties == texts_of(dict_path(texts, batch_properties, key_factory()))
 
@@ -108,11 +116,11 @@ def test_common_batches_take_the_column_path(texts):
         [b"UNIQ_KEY\x01K0\x02garbage"],  # a piece without a separator
         [b"DELAY\x013"],  # the broker must refuse it
         [b"TAGS\x01\xff"],  # not UTF-8: stored as the dict path decodes it
-        [b""],
+        [b"", b"UNIQ_KEY\x01K1"],  # some entries have properties, some none
     ],
 )
 def test_other_batches_are_left_to_the_dict_path(texts):
-    assert merge_batch_properties(texts, {"CLUSTER": "c"}, key_factory()) is None
+    assert merge_batch_properties(texts, {"CLUSTER": "c"}, keys_factory()) is None
 
 
 def raw_records(store, topic: str, count: int) -> list[bytes]:
@@ -132,7 +140,7 @@ def raw_records(store, topic: str, count: int) -> list[bytes]:
 def test_put_batch_stores_what_put_messages_stores(tmp_path, count):
     texts = [f"TAGS\x01t{n % 3}\x02KEYS\x01k{n}\x02UNIQ_KEY\x01U{n:031d}".encode()
              for n in range(count)]
-    merged = merge_batch_properties(texts, {"CLUSTER": "DefaultCluster"}, key_factory())
+    merged = merge_batch_properties(texts, {"CLUSTER": "DefaultCluster"}, keys_factory())
     assert merged is not None
     batch = MessageBatch(
         "Orders", 0, [bytes([n]) * (n + 1) for n in range(count)], merged.properties,

@@ -33,7 +33,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidemq.broker.transaction.records import (
@@ -45,7 +45,7 @@ from tidemq.broker.transaction.records import (
 )
 from tidemq.protocol.codes import ResponseCode
 from tidemq.protocol.message import PROPERTY_PRODUCER_GROUP, MessageExt
-from tidemq.store.interface import PutResult, PutStatus, StoreMessage
+from tidemq.store.interface import MessageBatch, PutResult, PutStatus, StoreMessage
 
 if TYPE_CHECKING:
     from tidemq.broker.transaction.service import TransactionService
@@ -136,23 +136,34 @@ class EndWriter:
         op_offset = self._write_ops(outcome, [half_offset], producer_group, transaction_id)
         self._service.progress.end(half_offset, outcome, op_offset)
 
-    def put_committed(self, messages: list[StoreMessage]) -> tuple[int, PutResult | None]:
+    def put_committed(self, committed: MessageBatch | list[StoreMessage]
+                      ) -> tuple[int, PutResult | None]:
         """Store committed messages of one queue now, in batches of at most
-        BATCH_MESSAGES_MAX / BATCH_BYTES_MAX (whole exactly-once ranges; exactly_once.py).
+        BATCH_MESSAGES_MAX / BATCH_BYTES_MAX (whole exactly-once ranges; exactly_once.py),
+        given by columns or one by one.
 
         Returns:
-            How many were stored (a prefix of ``messages``), and the failed put's result
+            How many were stored (a prefix of ``committed``), and the failed put's result
             (None when all were stored).
         """
         store = self._service.store
         stored = 0
-        for batch in _bounded_message_batches(messages):
+        if isinstance(committed, MessageBatch):
+            chunks: Iterator[MessageBatch | list[StoreMessage]] = _bounded_columns(committed)
+        else:
+            chunks = _bounded_message_batches(committed)
+        for chunk in chunks:
             started = time.monotonic()
-            result = store.put_messages(batch) if len(batch) > 1 else store.put_message(batch[0])
-            self._count(result.status, batch, started)
+            if isinstance(chunk, MessageBatch):
+                result = store.put_batch(chunk)
+                bodies = chunk.bodies
+            else:
+                result = store.put_messages(chunk)
+                bodies = [message.body for message in chunk]
+            self._count(result.status, bodies, started)
             if result.status not in STORED:
                 return stored, result
-            stored += len(batch)
+            stored += len(bodies)
         return stored, None
 
     def write_op(self, outcome: Outcome, offsets: list[int]) -> int:
@@ -210,7 +221,7 @@ class EndWriter:
         messages: list[StoreMessage] = [end.committed for end in batch]  # type: ignore[misc]
         started = time.monotonic()
         results = store.put_message_group(messages)
-        stored = [m for m, r in zip(messages, results, strict=True) if r.status in STORED]
+        stored = [m.body for m, r in zip(messages, results, strict=True) if r.status in STORED]
         if stored:
             self._count(PutStatus.PUT_OK, stored, started)
         if len(stored) == len(messages):
@@ -222,11 +233,11 @@ class EndWriter:
                 refused.append(self._refuse(end, result.status, result.remark))
         return refused
 
-    def _count(self, status: PutStatus, messages: list[StoreMessage], started: float) -> None:
+    def _count(self, status: PutStatus, bodies: list[bytes], started: float) -> None:
         stats = self._service.broker_stats
         if status in STORED:
             elapsed_ms = int((time.monotonic() - started) * 1000)
-            stats.record_put(len(messages), sum(len(m.body) for m in messages), elapsed_ms)
+            stats.record_put(len(bodies), sum(map(len, bodies)), elapsed_ms)
         else:
             stats.record_put_failure()
 
@@ -270,6 +281,33 @@ def _bounded_batches(group: list[_QueuedEnd]) -> Iterator[list[_QueuedEnd]]:
         size += length
     if batch:
         yield batch
+
+
+def _bounded_columns(batch: MessageBatch) -> Iterator[MessageBatch]:
+    """``batch`` cut into batches of at most BATCH_MESSAGES_MAX / BATCH_BYTES_MAX."""
+    lengths = list(map(len, batch.bodies))
+    start, size = 0, 0
+    for index, length in enumerate(lengths):
+        if index > start and (index - start >= BATCH_MESSAGES_MAX
+                              or size + length > BATCH_BYTES_MAX):
+            yield _columns_slice(batch, start, index)
+            start, size = index, 0
+        size += length
+    yield _columns_slice(batch, start, len(lengths))
+
+
+def _columns_slice(batch: MessageBatch, start: int, end: int) -> MessageBatch:
+    if start == 0 and end == len(batch.bodies):
+        return batch
+    offsets = batch.prepared_transaction_offsets
+    crcs = batch.body_crcs
+    return replace(
+        batch, bodies=batch.bodies[start:end], properties=batch.properties[start:end],
+        flags=batch.flags[start:end], keys=batch.keys[start:end],
+        tags=None if batch.tags is None else batch.tags[start:end],
+        prepared_transaction_offsets=None if offsets is None else offsets[start:end],
+        body_crcs=None if crcs is None else crcs[start:end],
+    )
 
 
 def _bounded_message_batches(messages: list[StoreMessage]) -> Iterator[list[StoreMessage]]:

@@ -82,7 +82,7 @@ import logging
 import os
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -112,6 +112,7 @@ from tidemq.broker.transaction.records import (
     Outcome,
     is_half_message,
     make_half,
+    parse_boolean,
 )
 from tidemq.errors import RemoteProtocolError, StoreError
 from tidemq.protocol import jsonx
@@ -121,10 +122,12 @@ from tidemq.protocol.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_MASK,
+    TRANSACTION_NOT_TYPE,
     MessageExt,
     iter_records,
 )
-from tidemq.store.interface import GetStatus, PutResult, PutStatus, StoreMessage
+from tidemq.store.interface import GetStatus, MessageBatch, PutResult, PutStatus, StoreMessage
 
 if TYPE_CHECKING:
     from tidemq.broker.transaction.progress import PendingHalf
@@ -153,6 +156,9 @@ ID_LENGTH_MAX = 256
 DECIDING_RECHECK_MS = 1_000
 # Halves of due prepared ranges settled per check round before the loop is given back.
 DUE_HALVES_PER_TICK_MAX = 16_384
+# The properties that make halves one prepared range: equal in all of them.
+RANGE_IDENTITY = (PROPERTY_EOS_WRITER_ID, PROPERTY_EOS_QUERY_ID, PROPERTY_EOS_BATCH_ID,
+                  PROPERTY_PRODUCER_GROUP, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
 # Test hook (crash tests only): the broker SIGKILLs itself once it has committed this many
 # halves of a decision (0: right after the decision is written, before any commit).
 KILL_AFTER_COMMITS_ENV = "TIDEMQ_TEST_EOS_KILL_AFTER_COMMITS"
@@ -316,24 +322,63 @@ class ExactlyOnceService:
             self._remember_range(messages, result)
         return result
 
+    @staticmethod
+    def takes_columns(batch_properties: dict[str, str]) -> bool:
+        """True when a transactional batch with these batch properties may be stored by
+        ``prepare_columns``: they say TRAN_MSG=true, name the whole range identity and no
+        delay, so every half is a half and carries them (a batch's properties override its
+        entries')."""
+        return (
+            parse_boolean(batch_properties.get(PROPERTY_TRANSACTION_PREPARED))
+            and PROPERTY_DELAY_TIME_LEVEL not in batch_properties
+            and all(name in batch_properties for name in RANGE_IDENTITY)
+        )
+
+    def prepare_columns(self, batch: MessageBatch, batch_properties: dict[str, str]
+                        ) -> PutResult:
+        """Store a transactional batch given in columns as half messages in one put: one
+        prepared range.
+
+        Args:
+            batch: the batch as sent, for its real topic and queue, its properties merged
+                with ``batch_properties`` (REAL_TOPIC / REAL_QID among them).
+            batch_properties: properties for which ``takes_columns`` is true.
+
+        Returns:
+            The put's result (half-queue offsets).
+        """
+        service = self._service
+        service.ensure_topic(HALF_TOPIC)
+        halves = replace(
+            batch, topic=HALF_TOPIC, queue_id=HALF_QUEUE_ID,
+            sysflag=(batch.sysflag & ~SYSFLAG_TRANSACTION_MASK) | TRANSACTION_NOT_TYPE,
+        )
+        result = service.store.put_batch(halves)
+        if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
+            self._add_range(batch_properties, result, len(batch.bodies))
+        return result
+
     def _remember_range(self, messages: list[StoreMessage], result: PutResult) -> None:
         """Track the stored halves as one prepared range when they are one writer's."""
         properties = messages[0].properties
-        writer_id = properties.get(PROPERTY_EOS_WRITER_ID)
-        if writer_id is None:
+        if properties.get(PROPERTY_EOS_WRITER_ID) is None:
             return  # a transactional batch of another client: its halves are checked
         count = len(messages)
-        for name in (PROPERTY_EOS_WRITER_ID, PROPERTY_EOS_QUERY_ID, PROPERTY_EOS_BATCH_ID,
-                     PROPERTY_PRODUCER_GROUP, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS):
+        for name in RANGE_IDENTITY:
             value = properties.get(name)
             if [m.properties.get(name) for m in messages].count(value) != count:
                 return  # not one identity (an entry overrode one): tracked half by half
+        self._add_range(properties, result, count)
+
+    def _add_range(self, properties: dict[str, str], result: PutResult, count: int) -> None:
+        """Track ``count`` halves stored by one put, all with ``properties``' identity."""
         service = self._service
         store_timestamp = result.store_timestamp or service.clock_ms()
         service.progress.prepared.add(PreparedRange(
             first=result.queue_offset, count=count,
             query_id=properties.get(PROPERTY_EOS_QUERY_ID, ""),
-            batch_text=properties.get(PROPERTY_EOS_BATCH_ID, ""), writer_id=writer_id,
+            batch_text=properties.get(PROPERTY_EOS_BATCH_ID, ""),
+            writer_id=properties.get(PROPERTY_EOS_WRITER_ID, ""),
             producer_group=properties.get(PROPERTY_PRODUCER_GROUP, ""),
             due_ms=store_timestamp + service.immunity_ms(properties),
         ))

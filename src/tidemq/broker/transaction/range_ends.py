@@ -42,9 +42,11 @@ from __future__ import annotations
 
 import functools
 import logging
-from itertools import islice, repeat
-from operator import and_, or_, sub
-from typing import TYPE_CHECKING
+import struct
+from collections.abc import Sequence
+from itertools import repeat
+from operator import add, gt
+from typing import TYPE_CHECKING, NamedTuple
 
 from tidemq.broker.transaction.eos_records import (
     EOS_PROPERTIES,
@@ -58,12 +60,17 @@ from tidemq.broker.transaction.prepared_ranges import PreparedRange
 from tidemq.broker.transaction.records import HALF_QUEUE_ID, HALF_TOPIC, NotAHalfMessage, Outcome
 from tidemq.errors import RemoteProtocolError
 from tidemq.protocol.message import (
+    KEY_SEPARATOR,
     MAGIC_V1,
     NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    RECORD_FIXED_SIZE_IPV4,
     RECORD_PREFIX_IPV4,
     RECORD_PREFIX_SIZE_IPV4,
     SYSFLAG_BORNHOST_V6,
@@ -71,11 +78,10 @@ from tidemq.protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_COMMIT_TYPE,
     MessageExt,
-    decode_properties,
     iter_records,
     unpack_host,
 )
-from tidemq.store.interface import GetStatus, StoreMessage
+from tidemq.store.interface import GetStatus, MessageBatch, StoreMessage
 
 if TYPE_CHECKING:
     from tidemq.broker.transaction.service import TransactionService
@@ -90,11 +96,19 @@ READ_BYTES_MAX = 4 * 1024 * 1024
 DROPPED_PROPERTIES = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
                       PROPERTY_TRANSACTION_PREPARED, *EOS_PROPERTIES)
 _unpack_prefix = RECORD_PREFIX_IPV4.unpack_from
+_unpack_size = struct.Struct(">i").unpack_from  # a record's TOTALSIZE
 _HOSTS_V6 = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 _TO_COMMIT_MASK = ~SYSFLAG_TRANSACTION_MASK
-_DROPPED = frozenset(DROPPED_PROPERTIES)
+_DROPPED_BYTES = frozenset(name.encode() for name in DROPPED_PROPERTIES)
+_HALF_TOPIC_LENGTH = bytes((len(HALF_TOPIC.encode()),))
+# From a record's body end to its PROPERTIES: TOPICLENGTH, the half topic, PROPERTIESLENGTH.
+_PROPERTIES_AFTER_BODY = 1 + len(HALF_TOPIC.encode()) + 2
+_PROPERTY = PROPERTY_SEPARATOR.encode()
 _NAME_VALUE_BYTES = NAME_VALUE_SEPARATOR.encode()
-_SEPARATOR_PAIR = _NAME_VALUE_BYTES + PROPERTY_SEPARATOR.encode()
+_SEPARATOR_PAIR = _NAME_VALUE_BYTES + _PROPERTY
+_TAGS = PROPERTY_TAGS.encode()
+_KEYS = PROPERTY_KEYS.encode()
+_UNIQ_KEY = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode()
 # bytes.translate deletes these, leaving only the separators of a text, in order.
 _NOT_SEPARATORS = bytes(code for code in range(256) if code not in (1, 2))
 
@@ -121,154 +135,170 @@ def read_range_bytes(service: TransactionService, first: int, count: int) -> lis
     return parts if offset == end else None
 
 
+class _Records(NamedTuple):
+    """The columns of a range's stored halves (``_record_columns``)."""
+
+    bodies: list[bytes]
+    body_crcs: list[int]
+    properties: list[bytes]
+    flags: list[int]
+    physical_offsets: list[int]
+    sysflag: int
+    born_timestamp: int
+    born_host: str
+    reconsume_times: int
+
+
 def committed_columns(parts: list[bytes], first: int, count: int,
-                      identity: tuple[str, str, str]) -> list[StoreMessage] | None:
-    """The committed messages of the ``count`` records in ``parts`` (module docstring), or
-    None when a record does not fit the column path or is not of ``identity`` (query id,
-    batch id text, writer id)."""
+                      identity: tuple[str, str, str]) -> MessageBatch | None:
+    """The committed messages of the ``count`` records in ``parts`` as one batch (module
+    docstring), or None when a record does not fit the column path or is not of
+    ``identity`` (query id, batch id text, writer id)."""
+    records = _record_columns(parts, first, count)
+    if records is None:
+        return None
+    return _committed_batch(identity, records)
+
+
+def _record_columns(parts: list[bytes], first: int, count: int) -> _Records | None:
+    """The halves at ``[first, first + count)`` in ``parts`` by columns, or None when one
+    is not an IPv4 record of the half queue at its offset, or the range's records differ in
+    a field one put gives all of them (sysflag, born time and host, reconsume times)."""
     bodies: list[bytes] = []
-    texts: list[str] = []
+    body_crcs: list[int] = []
+    properties: list[bytes] = []
     flags: list[int] = []
-    sysflags: list[int] = []
-    born_timestamps: list[int] = []
-    born_hosts: list[str] = []
-    reconsume_times: list[int] = []
     physical_offsets: list[int] = []
+    heads: set[tuple[int, int, bytes, int, int]] = set()
     expected = first
-    # One unpack and three slices per record: the loop the rest of the work avoids.
     for part in parts:
-        position, end = 0, len(part)
-        while position < end:
-            if end - position < RECORD_PREFIX_SIZE_IPV4:
-                return None
-            (total, magic, _, _, flag, queue_offset, physical_offset, sysflag,
-             born_timestamp, born_address, born_port, _, _, _, reconsume, _,
-             body_length) = _unpack_prefix(part, position)
-            body_start = position + RECORD_PREFIX_SIZE_IPV4
-            body_end = body_start + body_length
-            record_end = position + total
-            if (magic != MAGIC_V1 or sysflag & _HOSTS_V6 or queue_offset != expected
-                    or record_end > end or body_end + 3 > record_end):
-                return None
-            properties_start = body_end + 1 + part[body_end] + 2
-            bodies.append(part[body_start:body_end])
-            texts.append(str(part[properties_start:record_end], "utf-8", "replace"))
-            flags.append(flag)
-            sysflags.append(sysflag)
-            born_timestamps.append(born_timestamp)
-            born_hosts.append(_host_text(born_address, born_port))
-            reconsume_times.append(reconsume)
-            physical_offsets.append(physical_offset)
-            expected += 1
-            position = record_end
-    if expected != first + count or not texts:
+        starts = _record_starts(part)
+        if starts is None:
+            return None
+        size = len(starts)
+        try:
+            (totals, magics, part_crcs, _, part_flags, queue_offsets, part_physical, sysflags,
+             born_timestamps, born_addresses, born_ports, _, _, _, reconsumes, _,
+             body_lengths) = zip(*map(_unpack_prefix, repeat(part), starts), strict=True)
+            body_starts = list(map(add, starts, repeat(RECORD_PREFIX_SIZE_IPV4)))
+            body_ends = list(map(add, body_starts, body_lengths))
+            topic_lengths = bytes(map(part.__getitem__, body_ends))
+        except (struct.error, IndexError, ValueError):
+            return None
+        ends = list(map(add, starts, totals))
+        properties_starts = list(map(add, body_ends, repeat(_PROPERTIES_AFTER_BODY)))
+        if (magics.count(MAGIC_V1) != size
+                or queue_offsets != tuple(range(expected, expected + size))
+                or topic_lengths != _HALF_TOPIC_LENGTH * size
+                or any(map(gt, properties_starts, ends))):
+            return None
+        heads.update(zip(sysflags, born_timestamps, born_addresses, born_ports, reconsumes,
+                         strict=True))
+        bodies += map(part.__getitem__, map(slice, body_starts, body_ends))
+        properties += map(part.__getitem__, map(slice, properties_starts, ends))
+        body_crcs += part_crcs
+        flags += part_flags
+        physical_offsets += part_physical
+        expected += size
+    if expected != first + count or len(heads) != 1:
         return None
-    return _committed(identity, texts, bodies, flags, sysflags, born_timestamps, born_hosts,
-                      reconsume_times, physical_offsets)
-
-
-def _committed(identity: tuple[str, str, str], texts: list[str], bodies: list[bytes],
-               flags: list[int], sysflags: list[int], born_timestamps: list[int],
-               born_hosts: list[str], reconsume_times: list[int],
-               physical_offsets: list[int]) -> list[StoreMessage] | None:
-    first_properties = decode_properties(texts[0])
-    if (first_properties.get(PROPERTY_EOS_QUERY_ID), first_properties.get(PROPERTY_EOS_BATCH_ID),
-            first_properties.get(PROPERTY_EOS_WRITER_ID)) != identity:
-        return None  # every record has the first one's pairs (checked below)
-    topic = first_properties.get(PROPERTY_REAL_TOPIC)
-    queue_text = first_properties.get(PROPERTY_REAL_QUEUE_ID, "")
-    if not topic or not queue_text.isdigit():
+    ((sysflag, born_timestamp, born_address, born_port, reconsume_times),) = heads
+    if sysflag & _HOSTS_V6:
         return None
-    count = len(texts)
-    columns = _same_names(texts, first_properties) or _pairs_cut(texts, first_properties)
-    if columns is None:
-        return None
-    maps, committed_texts = columns
-    commit_sysflags = map(or_, map(and_, sysflags, repeat(_TO_COMMIT_MASK)),
-                          repeat(TRANSACTION_COMMIT_TYPE))
-    return list(map(
-        StoreMessage, repeat(topic, count), repeat(int(queue_text)), bodies, maps, flags,
-        commit_sysflags, born_timestamps, born_hosts, reconsume_times, physical_offsets,
-        repeat(None), committed_texts,
-    ))
+    return _Records(bodies, body_crcs, properties, flags, physical_offsets, sysflag,
+                    born_timestamp, _host_text(born_address, born_port), reconsume_times)
 
 
-def _same_names(texts: list[str], first_properties: dict[str, str]
-                ) -> tuple[list[dict[str, str]], list[str]] | None:
-    """The committed properties (dicts and texts) when every record names the same
-    properties in the same order, each once with a non-empty value (the sink's rows: the
-    batch's properties and a UNIQ_KEY, maybe TAGS and KEYS), else None.
-
-    One split of the joined texts gives a column per name; the dropped ones must hold the
-    first record's value in every record.
-    """
-    count = len(texts)
-    names = list(first_properties)
-    width = len(names)
-    joined = PROPERTY_SEPARATOR.join(texts)
+def _record_starts(part: bytes) -> list[int] | None:
+    """Where each record of ``part`` starts, or None when their sizes do not add up."""
+    starts: list[int] = []
+    position, end = 0, len(part)
     try:
-        separators = joined.encode("utf-8").translate(None, _NOT_SEPARATORS)
-    except UnicodeEncodeError:
+        while position < end:
+            starts.append(position)
+            (total,) = _unpack_size(part, position)
+            if total < RECORD_FIXED_SIZE_IPV4:
+                return None
+            position += total
+    except struct.error:
         return None
+    return starts if position == end else None
+
+
+def _committed_batch(identity: tuple[str, str, str], records: _Records) -> MessageBatch | None:
+    """The committed batch of ``records`` when every record names the same properties in
+    the same order, each once with a non-empty value (the sink's rows), and the dropped
+    ones hold the same value in every record; else None.
+
+    One split of the joined properties gives a column of values per name; each committed
+    text is one ``bytes %`` of the kept names' template.
+    """
+    texts = records.properties
+    count = len(texts)
+    joined = _PROPERTY.join(texts)
+    if not joined.isascii():
+        try:
+            joined.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    names = texts[0].replace(_PROPERTY, _NAME_VALUE_BYTES).split(_NAME_VALUE_BYTES)[0::2]
+    width = len(names)
     # Separators strictly alternate (one name-value separator in every piece).
-    if separators != _SEPARATOR_PAIR * (width * count - 1) + _NAME_VALUE_BYTES:
+    if not texts[0] or joined.translate(None, _NOT_SEPARATORS) != (
+            _SEPARATOR_PAIR * (width * count - 1) + _NAME_VALUE_BYTES):
         return None
-    tokens = joined.replace(PROPERTY_SEPARATOR, NAME_VALUE_SEPARATOR).split(NAME_VALUE_SEPARATOR)
+    tokens = joined.replace(_PROPERTY, _NAME_VALUE_BYTES).split(_NAME_VALUE_BYTES)
     values = tokens[1::2]
-    if tokens[0::2] != names * count or "" in values:
-        return None  # names differ, or a value decode_properties would drop
-    kept: list[str] = []
-    kept_columns: list[list[str]] = []
+    if tokens[0::2] != names * count or b"" in values or len(set(names)) != width:
+        return None  # names differ, a value decode_properties would drop, a name twice
+    dropped: dict[bytes, bytes] = {}
+    kept: dict[bytes, list[bytes]] = {}
     for index, name in enumerate(names):
         column = values[index::width]
-        if name in _DROPPED:
-            if column.count(first_properties[name]) != count:
-                return None  # not the first record's pair: the per-record path decides
+        if name in _DROPPED_BYTES:
+            if column.count(column[0]) != count:
+                return None  # not one value in the range: the per-record path decides
+            dropped[name] = column[0]
         else:
-            kept.append(name)
-            kept_columns.append(column)
-    rows = list(zip(*kept_columns, strict=True)) if kept else [()] * count
-    maps = list(map(dict, map(zip, repeat(kept), rows)))
-    committed_texts = list(map(PROPERTY_SEPARATOR.join, map(
-        map, repeat(NAME_VALUE_SEPARATOR.join), map(zip, repeat(kept), rows))))
-    return maps, committed_texts
+            kept[name] = column
+    first = {name.decode(): value.decode() for name, value in dropped.items()}
+    topic = first.get(PROPERTY_REAL_TOPIC)
+    queue_text = first.get(PROPERTY_REAL_QUEUE_ID, "")
+    if ((first.get(PROPERTY_EOS_QUERY_ID), first.get(PROPERTY_EOS_BATCH_ID),
+            first.get(PROPERTY_EOS_WRITER_ID)) != identity
+            or not topic or not queue_text.isdigit()):
+        return None
+    if kept:
+        template = _PROPERTY.join(
+            name.replace(b"%", b"%%") + _NAME_VALUE_BYTES + b"%b" for name in kept)
+        properties = list(map(template.__mod__, zip(*kept.values(), strict=True)))
+    else:
+        properties = [b""] * count
+    tags = kept.get(_TAGS)
+    return MessageBatch(
+        topic, int(queue_text), records.bodies, properties, records.flags,
+        None if tags is None else list(map(bytes.decode, tags)),
+        _index_keys(kept.get(_UNIQ_KEY), kept.get(_KEYS), count),
+        (records.sysflag & _TO_COMMIT_MASK) | TRANSACTION_COMMIT_TYPE,
+        records.born_timestamp, records.born_host, records.reconsume_times,
+        prepared_transaction_offsets=records.physical_offsets, body_crcs=records.body_crcs,
+    )
 
 
-def _pairs_cut(texts: list[str], first_properties: dict[str, str]
-               ) -> tuple[list[dict[str, str]], list[str]] | None:
-    """The committed properties (dicts and texts) with the dropped pairs cut out of each
-    text by ``str.replace``; None when a record's pairs differ from the first's."""
-    pairs_before = list(map(str.count, texts, repeat(PROPERTY_SEPARATOR)))
-    dropped = 0
-    # Framed by separators so a pair is only ever matched whole.
-    framed = list(map(str.__add__, repeat(PROPERTY_SEPARATOR),
-                      map(str.__add__, texts, repeat(PROPERTY_SEPARATOR))))
-    for name in DROPPED_PROPERTIES:
-        value = first_properties.get(name)
-        if value is None:
-            continue
-        pair = f"{PROPERTY_SEPARATOR}{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}"
-        framed = list(map(str.replace, framed, repeat(pair), repeat(PROPERTY_SEPARATOR)))
-        dropped += 1
-    committed_texts = [text[1:-1] for text in framed]
-    removed = set(map(sub, pairs_before, map(str.count, committed_texts,
-                                             repeat(PROPERTY_SEPARATOR))))
-    joined = PROPERTY_SEPARATOR.join(committed_texts)
-    if (removed != {dropped} or "" in committed_texts
-            or f"{NAME_VALUE_SEPARATOR}{PROPERTY_SEPARATOR}" in joined
-            or f"{PROPERTY_SEPARATOR}{NAME_VALUE_SEPARATOR}" in joined
-            or joined.startswith(NAME_VALUE_SEPARATOR) or joined.endswith(NAME_VALUE_SEPARATOR)):
-        return None  # a pair differs from the first record's, or decode_properties would
-        # drop an empty name or value: the per-record path renders those exactly
-    pieces = iter(map(str.split, joined.split(PROPERTY_SEPARATOR),
-                      repeat(NAME_VALUE_SEPARATOR), repeat(1)))
-    try:
-        maps = list(map(dict, map(islice, repeat(pieces), map(
-            int.__add__, map(str.count, committed_texts, repeat(PROPERTY_SEPARATOR)),
-            repeat(1)))))
-    except ValueError:
-        return None  # a piece without a name-value separator
-    return maps, committed_texts
+def _index_keys(unique_keys: list[bytes] | None, user_keys: list[bytes] | None,
+                count: int) -> list[Sequence[str]]:
+    """record_encoder.index_keys of each record from its UNIQ_KEY and KEYS values (both
+    non-empty when present): the UNIQ_KEY, then each non-empty KEYS token."""
+    uniques = None if unique_keys is None else list(map(bytes.decode, unique_keys))
+    users = None if user_keys is None else list(map(bytes.decode, user_keys))
+    if users is None:
+        return [()] * count if uniques is None else list(zip(uniques))
+    if uniques is not None and KEY_SEPARATOR not in "".join(users):
+        return list(zip(uniques, users, strict=True))
+    return [
+        [*((unique,) if unique else ()), *filter(None, keys.split(KEY_SEPARATOR))]
+        for unique, keys in zip(uniques or [""] * count, users, strict=True)
+    ]
 
 
 def read_range(service: TransactionService, first: int, count: int) -> list[MessageExt] | None:
@@ -333,9 +363,10 @@ def commit_range(service: TransactionService, prepared: PreparedRange) -> int | 
     return stored
 
 
-def _committed_messages(service: TransactionService,
-                        prepared: PreparedRange) -> list[StoreMessage] | None:
-    """The committed messages of every half of ``prepared``, or None (per-half path)."""
+def _committed_messages(service: TransactionService, prepared: PreparedRange
+                        ) -> MessageBatch | list[StoreMessage] | None:
+    """The committed messages of every half of ``prepared``, by columns when they fit,
+    or None (per-half path)."""
     parts = read_range_bytes(service, prepared.first, prepared.count)
     if parts is None:
         return None

@@ -88,8 +88,9 @@ class NotAHalfMessage(ValueError):
     """A stored record cannot be treated as a half message; the text says why."""
 
 
-def _is_true(text: str | None) -> bool:
-    # Java's Boolean.parseBoolean: "true" in any case, everything else false.
+def parse_boolean(text: str | None) -> bool:
+    """Java's Boolean.parseBoolean, as RocketMQ reads TRAN_MSG: "true" in any case (blanks
+    around it allowed), everything else false."""
     return text is not None and text.strip().lower() == "true"
 
 
@@ -101,7 +102,7 @@ def is_half_message(message: StoreMessage) -> bool:
     not become halves again).
     """
     properties = message.properties
-    if not _is_true(properties.get(PROPERTY_TRANSACTION_PREPARED)):
+    if not parse_boolean(properties.get(PROPERTY_TRANSACTION_PREPARED)):
         return False
     delay = properties.get(PROPERTY_DELAY_TIME_LEVEL, "").strip()
     return not (message.reconsume_times > 0 and delay not in ("", "0"))

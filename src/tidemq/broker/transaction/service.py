@@ -125,7 +125,7 @@ from tidemq.protocol.message import (
     decode_record,
     iter_records,
 )
-from tidemq.store.interface import GetStatus, PutResult, StoreMessage
+from tidemq.store.interface import GetStatus, MessageBatch, PutResult, StoreMessage
 
 if TYPE_CHECKING:
     from tidemq.broker.client_manager import ClientChannel
@@ -345,6 +345,17 @@ class TransactionService:
         transactional (exactly_once.py); the result's queue offset is the first half's.
         """
         return self.eos.prepare_batch(messages)
+
+    def takes_columns(self, batch_properties: dict[str, str]) -> bool:
+        """True when a transactional batch with these batch properties may be stored by
+        columns with ``prepare_columns`` (exactly_once.py: the sink's batches)."""
+        return self.eos.takes_columns(batch_properties)
+
+    def prepare_columns(self, batch: MessageBatch, batch_properties: dict[str, str]
+                        ) -> PutResult:
+        """Store a transactional batch given in columns as half messages in one put
+        (``takes_columns`` must be true of ``batch_properties``)."""
+        return self.eos.prepare_columns(batch, batch_properties)
 
     # -- END_TRANSACTION -------------------------------------------------------------------
 
