@@ -150,6 +150,12 @@ class BrokerConfig:
         default=60_000, metadata=_key("transactionCheckInterval", min=1)
     )
     transaction_check_max: int = field(default=15, metadata=_key("transactionCheckMax", min=0))
+    # tidemq's own: memory for the committed copies (all but the bodies) of open
+    # exactly-once ranges, made when their halves are stored so a commit does not parse
+    # them again; ranges beyond it are committed from the stored halves alone. 0: none.
+    exactly_once_commit_cache_bytes: int = field(
+        default=256 * 1024 * 1024, metadata=_key("exactlyOnceCommitCacheBytes", min=0)
+    )
 
     def __post_init__(self) -> None:
         try:

@@ -64,6 +64,7 @@ from tidemq.broker.topic_config_manager import (
     TopicConfig,
     is_not_allowed_send_topic,
 )
+from tidemq.broker.transaction.eos_records import EOS_COMMIT_DROPPED
 from tidemq.errors import HeaderFieldError, RemoteProtocolError
 from tidemq.limits import PROPERTIES_SIZE_MAX, topic_name_problem
 from tidemq.protocol.codes import RequestCode, ResponseCode
@@ -500,8 +501,10 @@ class SendMessageProcessor:
             batch_properties[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
         # The hottest path: the entries' properties merged with the batch's column by column
         # (store/batch_properties.py), else with a dict per message; the same stored bytes.
+        # A prepared batch also gets its committed copies' properties (exactly_once.py).
         merged = merge_batch_properties(
-            columns.properties, batch_properties, new_unique_keys
+            columns.properties, batch_properties, new_unique_keys,
+            EOS_COMMIT_DROPPED if prepared else (),
         ) if not prepared or transactions.takes_columns(batch_properties) else None
         if merged is None:
             messages = _batch_messages(
@@ -518,7 +521,8 @@ class SendMessageProcessor:
                 topic, queue_id, columns.bodies, merged.properties, columns.flags, merged.tags,
                 merged.keys, sysflag, born_timestamp, born_host, reconsume_times,
             )
-            result = (transactions.prepare_columns(batch, batch_properties) if prepared
+            result = (transactions.prepare_columns(batch, batch_properties,
+                                                   merged.without_dropped) if prepared
                       else broker.store.put_batch(batch))
         self._count(result, body_bytes, started)
         return _Stored(result, wait, queue_id)

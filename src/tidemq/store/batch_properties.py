@@ -23,7 +23,7 @@ batch's order, then UNIQ_KEY when neither had one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import add
@@ -51,17 +51,22 @@ class MergedProperties:
     """Each message's stored PROPERTIES, and what the store indexes from them.
 
     ``tags`` is None when no message has TAGS; ``keys[i]`` is UNIQ_KEY then each KEYS token.
+    ``without_dropped[i]``, when asked for (``drop``), is ``properties[i]`` without the
+    batch's properties named in ``drop``, the other pairs in their order: what a
+    transaction's commit stores (None when an entry itself names one of them).
     """
 
     properties: list[bytes]
     tags: list[str] | None
     keys: list[Sequence[str]]
+    without_dropped: list[bytes] | None = None
 
 
 def merge_batch_properties(
     texts: Sequence[bytes],
     batch_properties: Mapping[str, str],
     new_unique_keys: Callable[[int], list[str]],
+    drop: Collection[str] = (),
 ) -> MergedProperties | None:
     """Merge each entry's PROPERTIES (bytes as sent) with the batch's (module docstring).
 
@@ -69,6 +74,8 @@ def merge_batch_properties(
         texts: each entry's PROPERTIES bytes.
         batch_properties: the batch's properties, WAIT already removed, CLUSTER set.
         new_unique_keys: makes ``n`` UNIQ_KEYs, for the entries that have none.
+        drop: batch property names to leave out of ``without_dropped`` (empty: no such
+            column is made).
     Returns:
         The merged properties, or None when the batch is not in the common form (then merge
         with dicts; nothing here refuses a batch).
@@ -76,12 +83,14 @@ def merge_batch_properties(
     count = len(texts)
     if not count:
         return None
+    if drop and "" in batch_properties.values():
+        drop = ()  # decode_properties skips an empty value: the commit's rule must decide
     empty = texts.count(b"")
     if empty:
         if empty != count:
             return None
         try:
-            return _merge_into_empty(count, batch_properties, new_unique_keys)
+            return _merge_into_empty(count, batch_properties, new_unique_keys, drop)
         except UnicodeEncodeError:
             return None  # a batch value the dict path would fail on the same way
     joined = _PROPERTY.join(texts)
@@ -108,7 +117,7 @@ def merge_batch_properties(
     ):
         return None
     try:
-        return _merge(names, values, count, texts, batch_properties, new_unique_keys)
+        return _merge(names, values, count, texts, batch_properties, new_unique_keys, drop)
     except UnicodeEncodeError:
         return None  # a batch value the dict path would fail on the same way
 
@@ -120,6 +129,7 @@ def _merge(
     texts: Sequence[bytes],
     batch_properties: Mapping[str, str],
     new_unique_keys: Callable[[int], list[str]],
+    drop: Collection[str],
 ) -> MergedProperties | None:
     width = len(names)
     entry_names = [name.decode("utf-8") for name in names]
@@ -145,10 +155,10 @@ def _merge(
         columns.append(column)
         sources[name] = column
     # The batch's other names, in its order: name\x01value each (not yet escaped for %).
+    suffix_names = [name for name in batch_properties if name not in sources]
     suffix = [
-        name.encode("utf-8") + _NAME_VALUE + value.encode("utf-8")
-        for name, value in batch_properties.items()
-        if name not in sources
+        name.encode("utf-8") + _NAME_VALUE + batch_properties[name].encode("utf-8")
+        for name in suffix_names
     ]
     for name, value in batch_properties.items():
         sources.setdefault(name, value.encode("utf-8"))
@@ -159,21 +169,27 @@ def _merge(
         unique_keys = list(map(str.encode, new_unique_keys(count)))
         unique_key_slot.append(_UNIQ_KEY_NAME + _NAME_VALUE + b"%b")
         columns.append(unique_keys)
-    if not changed:
-        # The common case: each entry's text as it is, the batch's properties after it.
-        tail = _PROPERTY.join(suffix)
-        properties = list(map(add, texts, repeat(_PROPERTY + tail))) if tail else list(texts)
-    else:
+
+    def render(suffix: list[bytes]) -> list[bytes]:
+        if not changed:
+            # The common case: each entry's text as it is, the batch's properties after it.
+            tail = _PROPERTY.join(suffix)
+            return list(map(add, texts, repeat(_PROPERTY + tail))) if tail else list(texts)
         escaped = [piece.replace(b"%", b"%%") for piece in suffix]
         pattern = _PROPERTY.join(template + escaped + unique_key_slot)
         if columns:
-            properties = list(map(pattern.__mod__, zip(*columns, strict=True)))
-        else:
-            properties = [pattern % ()] * count  # every value is the batch's
+            return list(map(pattern.__mod__, zip(*columns, strict=True)))
+        return [pattern % ()] * count  # every value is the batch's
+
+    without_dropped = None
+    if drop and not any(name in drop for name in entry_names):
+        without_dropped = render(
+            [piece for name, piece in zip(suffix_names, suffix, strict=True) if name not in drop])
     return MergedProperties(
-        properties,
+        render(suffix),
         _texts(sources.get(PROPERTY_TAGS), count),
         _index_keys(_texts(unique_keys, count), _texts(sources.get(PROPERTY_KEYS), count)),
+        without_dropped,
     )
 
 
@@ -181,29 +197,42 @@ def _merge_into_empty(
     count: int,
     batch_properties: Mapping[str, str],
     new_unique_keys: Callable[[int], list[str]],
+    drop: Collection[str],
 ) -> MergedProperties | None:
     # Entries without properties (the Spark sink's rows): each stores the batch's pairs in
     # the batch's order, then a UNIQ_KEY of its own unless the batch names one.
-    head = _PROPERTY.join(
-        name.encode("utf-8") + _NAME_VALUE + value.encode("utf-8")
-        for name, value in batch_properties.items()
-    )
     batch_key = batch_properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
     if batch_key == "":
         return None  # index_keys skips an empty UNIQ_KEY: left to the dict path
+    heads = [_head(batch_properties, ())]
+    if drop:
+        heads.append(_head(batch_properties, drop))
     if batch_key is None:
         keys = new_unique_keys(count)
-        key_head = (head + _PROPERTY if head else b"") + _UNIQ_KEY_NAME + _NAME_VALUE
-        properties = list(map(add, repeat(key_head), map(str.encode, keys)))
+        key_texts = list(map(str.encode, keys))
+        rendered = [
+            list(map(add, repeat((head + _PROPERTY if head else b"") + _UNIQ_KEY_NAME
+                                 + _NAME_VALUE), key_texts))
+            for head in heads
+        ]
     else:
         keys = [batch_key] * count
-        properties = [head] * count
+        rendered = [[head] * count for head in heads]
     tags = batch_properties.get(PROPERTY_TAGS)
     user_keys = batch_properties.get(PROPERTY_KEYS)
     return MergedProperties(
-        properties,
+        rendered[0],
         None if tags is None else [tags] * count,
         _index_keys(keys, None if user_keys is None else [user_keys] * count),
+        rendered[1] if drop else None,
+    )
+
+
+def _head(batch_properties: Mapping[str, str], drop: Collection[str]) -> bytes:
+    # The batch's pairs but those in ``drop``, in the batch's order.
+    return _PROPERTY.join(
+        name.encode("utf-8") + _NAME_VALUE + value.encode("utf-8")
+        for name, value in batch_properties.items() if name not in drop
     )
 
 

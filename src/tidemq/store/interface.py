@@ -273,6 +273,12 @@ class MessageStore(abc.ABC):
         """The one stored record at ``physical_offset``, or None if no record starts there."""
 
     @abc.abstractmethod
+    def read_records(self, physical_offset: int, size: int) -> bytes | None:
+        """The ``size`` stored bytes from ``physical_offset`` on, as one batch append wrote
+        them (``PutResult.physical_offset`` and ``wrote_bytes``), or None when no record
+        starts there or they are not all in one segment's written part."""
+
+    @abc.abstractmethod
     def query_messages(
         self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int
     ) -> QueryResult:

@@ -369,6 +369,11 @@ def encode_message_batch(
     )
 
 
+def body_crcs(bodies: Sequence[bytes]) -> list[int]:
+    """Each body's BODYCRC as the store writes it (for ``MessageBatch.body_crcs``)."""
+    return list(map(and_, map(crc32, bodies), repeat(_BODY_CRC_MASK)))
+
+
 def _ipv4_record_sizes(
     topic: str,
     body_lengths: list[int],

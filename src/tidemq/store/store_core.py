@@ -402,6 +402,12 @@ class StoreCore(MessageStore):
             return None
         return self.commit_log.read_record(physical_offset)
 
+    def read_records(self, physical_offset: int, size: int) -> bytes | None:
+        """See ``MessageStore.read_records``."""
+        if physical_offset < self.commit_log.min_offset():
+            return None
+        return self.commit_log.read_records(physical_offset, size)
+
     def query_messages(
         self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int
     ) -> QueryResult:

@@ -395,11 +395,76 @@ def test_a_range_commits_by_columns_to_the_per_half_rules_bytes(broker, handlers
     assert [list(keys) for keys in batch.keys] == [index_keys(m.properties) for m in expected]
     assert batch.tags == (None if "TAGS" not in row_properties[0]
                           else [m.properties["TAGS"] for m in expected])
+    # The copies made when the halves were stored (prepared_ranges.CommittedCopies) give
+    # the same batch, with the bodies taken from the stored halves.
+    prepared = service.progress.prepared.find(first)
+    assert prepared is not None and prepared.copies is not None
+    from_copies = range_ends.committed_from_copies(service, prepared)
+    assert from_copies is not None and prepared.copies is None
+    assert service.progress.prepared.copies_bytes == 0
+    assert from_copies.prepared_transaction_offsets == batch.prepared_transaction_offsets
+    assert list(map(bytes, from_copies.bodies)) == batch.bodies
+    assert from_copies.properties == batch.properties
+    assert [list(keys) for keys in from_copies.keys] == [list(keys) for keys in batch.keys]
+    assert (from_copies.tags, from_copies.body_crcs, from_copies.sysflag) == (
+        batch.tags, batch.body_crcs, batch.sysflag)
     # Stored through put_batch, the records are those put_messages makes of the rule's.
     assert broker.store.put_batch(batch).status is PutStatus.PUT_OK
     assert broker.store.put_messages(expected).status is PutStatus.PUT_OK
-    records = _records_without_store_fields(broker.store, TOPIC, 1, 2 * count)
-    assert records[:count] == records[count:]
+    assert broker.store.put_batch(from_copies).status is PutStatus.PUT_OK
+    records = _records_without_store_fields(broker.store, TOPIC, 1, 3 * count)
+    assert records[:count] == records[count:2 * count] == records[2 * count:]
+
+
+def test_committed_copies_stay_within_their_budget_and_commit_the_same(broker, handlers):
+    # Ranges beyond exactlyOnceCommitCacheBytes keep no copies; their commit parses the
+    # stored halves. Both kinds commit every row once.
+    broker.topic_config_manager.create_topic_for_send_back(TOPIC, 4, 6)
+    table = handlers(broker)
+    prepared_table = broker.transaction_service.progress.prepared
+    writer = identity(batch_id=4)
+    bodies = [b"row-%d" % i for i in range(40)]
+
+    async def scenario():
+        halves = WriterHalves(writer.writer_id)
+        for part in range(4):
+            response = await table.ask(half_batch(writer, bodies[part * 10:part * 10 + 10]))
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            halves.add(int(response.ext_fields["queueOffset"]), 10)
+            if part == 0:
+                # Room for this range's copies and one more: the last two keep none.
+                prepared_table.copies_max_bytes = 2 * prepared_table.copies_bytes
+        with_copies = [r.copies is not None for r in prepared_table]
+        used = prepared_table.copies_bytes
+        answer = await table.ask(eos_request(RequestCode.EOS_COMMIT_BATCH, "query-1", 4,
+                                             [halves]))
+        return with_copies, used, answer
+
+    with_copies, used, answer = run(scenario())
+    assert with_copies == [True, True, False, False]
+    assert used <= prepared_table.copies_max_bytes
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert prepared_table.copies_bytes == 0 and len(prepared_table) == 0
+    assert [m.body for m in stored(broker, TOPIC, 1)] == bodies
+
+
+def test_committed_copies_that_do_not_match_the_stored_halves_are_not_used(broker, handlers):
+    broker.topic_config_manager.create_topic_for_send_back(TOPIC, 4, 6)
+    table = handlers(broker)
+    writer = identity(batch_id=5)
+    response = run(table.ask(half_batch(writer, [b"a", b"b", b"c"])))
+    first = int(response.ext_fields["queueOffset"])
+    service = broker.transaction_service
+    prepared = service.progress.prepared.find(first)
+    assert prepared is not None and prepared.copies is not None
+    prepared.copies.physical_offset += 1  # no record starts there
+    assert range_ends.committed_from_copies(service, prepared) is None
+    assert prepared.copies is None  # forgotten: the commit parses the halves instead
+    halves = WriterHalves(writer.writer_id)
+    halves.add(first, 3)
+    answer = run(table.ask(eos_request(RequestCode.EOS_COMMIT_BATCH, "query-1", 5, [halves])))
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert [m.body for m in stored(broker, TOPIC, 1)] == [b"a", b"b", b"c"]
 
 
 def _records_without_store_fields(store, topic: str, queue_id: int, count: int) -> list[bytes]:

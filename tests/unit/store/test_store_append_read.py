@@ -154,6 +154,24 @@ def test_read_message_only_answers_at_a_record_start(store):
     assert store.read_message(10 * SEGMENT_SIZE) is None
 
 
+def test_read_records_gives_what_one_batch_append_wrote(store):
+    store.put_message(message(body=b"before"))
+    result = store.put_messages([message(body=b"m%d" % i) for i in range(10)])
+    block = store.read_records(result.physical_offset, result.wrote_bytes)
+    assert block is not None and len(block) == result.wrote_bytes
+    assert [m.body for m in decode_records(block)] == [b"m%d" % i for i in range(10)]
+    assert store.read_records(result.physical_offset + 1, 10) is None  # not a record start
+    assert store.read_records(result.physical_offset, result.wrote_bytes + 1) is None
+    assert store.read_records(result.physical_offset, 0) is None
+    assert store.read_records(-5, 10) is None
+
+
+def test_read_records_refuses_a_batch_split_over_a_segment_end(store):
+    result = store.put_messages([message(body=b"x" * 900) for _ in range(200)])  # ~200 KB
+    assert result.wrote_bytes > SEGMENT_SIZE - result.physical_offset % SEGMENT_SIZE
+    assert store.read_records(result.physical_offset, result.wrote_bytes) is None
+
+
 def test_closed_store_refuses_appends(store):
     store.close()
     result = store.put_message(message())

@@ -66,20 +66,27 @@ SHAPES = st.lists(st.tuples(NAMES, VALUES), max_size=5)
     batch=st.dictionaries(
         st.sampled_from(["CLUSTER", "TAGS", "KEYS", "UNIQ_KEY", "b"]), VALUES.filter(bool)
     ),
+    drop=st.sets(st.sampled_from(["b", "x", "TAGS", "REAL_TOPIC"])),
 )
-def test_merge_gives_the_dict_paths_bytes_tags_and_keys(shape, values, batch):
+def test_merge_gives_the_dict_paths_bytes_tags_and_keys(shape, values, batch, drop):
     # Entries share a shape (names in order) with their own values: the common form when
     # well-formed; anything else must come back None, never different bytes.
     texts = [
         "\x02".join(f"{name}\x01{own[k]}" for k, (name, _) in enumerate(shape)).encode()
         for own in values
     ]
-    batch_properties = {**batch, "CLUSTER": "DefaultCluster"}
-    merged = merge_batch_properties(texts, batch_properties, keys_factory())
+    batch_properties = {**batch, "CLUSTER": "DefaultCluster", "REAL_TOPIC": "T"}
+    merged = merge_batch_properties(texts, batch_properties, keys_factory(), drop)
     if merged is None:
         return
     expected = dict_path(texts, batch_properties, key_factory())
     assert merged.properties == texts_of(expected)
+    # Without the dropped batch properties: the commit's rule, pop them from the dict.
+    if drop and not drop & {name for name, _ in shape}:
+        assert merged.without_dropped == texts_of(
+            [{k: v for k, v in d.items() if k not in drop} for d in expected])
+    else:
+        assert merged.without_dropped is None
     assert [list(keys) for keys in merged.keys] == [index_keys(d) for d in expected]
     if any("TAGS" in d for d in expected):
         assert merged.tags == [d["TAGS"] for d in expected]

@@ -14,7 +14,13 @@ and CHECK_IMMUNITY_TIME_IN_SECONDS, its timeout. The committed message loses all
 from __future__ import annotations
 
 from tidemq.broker.transaction.records import committed_message
-from tidemq.protocol.message import PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, MessageExt
+from tidemq.protocol.message import (
+    PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED,
+    MessageExt,
+)
 from tidemq.store.interface import StoreMessage
 
 PROPERTY_EOS_QUERY_ID = "EOS_QUERY_ID"
@@ -23,6 +29,10 @@ PROPERTY_EOS_PARTITION = "EOS_PARTITION"
 PROPERTY_EOS_WRITER_ID = "EOS_WRITER_ID"
 EOS_PROPERTIES = (PROPERTY_EOS_QUERY_ID, PROPERTY_EOS_BATCH_ID, PROPERTY_EOS_PARTITION,
                   PROPERTY_EOS_WRITER_ID, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
+# Every property an exactly-once half has that its committed message has not
+# (``committed_message`` drops the first three).
+EOS_COMMIT_DROPPED = frozenset((PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
+                                PROPERTY_TRANSACTION_PREPARED, *EOS_PROPERTIES))
 
 
 def eos_identity(half: MessageExt) -> tuple[str, str, str] | None:

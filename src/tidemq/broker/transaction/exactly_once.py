@@ -103,7 +103,7 @@ from tidemq.broker.transaction.eos_records import (
     eos_committed_message,
     eos_identity,
 )
-from tidemq.broker.transaction.prepared_ranges import PreparedRange
+from tidemq.broker.transaction.prepared_ranges import CommittedCopies, PreparedRange
 from tidemq.broker.transaction.range_ends import commit_range, roll_back_range
 from tidemq.broker.transaction.records import (
     HALF_QUEUE_ID,
@@ -123,11 +123,13 @@ from tidemq.protocol.message import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_MASK,
+    TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     MessageExt,
     iter_records,
 )
 from tidemq.store.interface import GetStatus, MessageBatch, PutResult, PutStatus, StoreMessage
+from tidemq.store.record_encoder import body_crcs
 
 if TYPE_CHECKING:
     from tidemq.broker.transaction.progress import PendingHalf
@@ -334,8 +336,8 @@ class ExactlyOnceService:
             and all(name in batch_properties for name in RANGE_IDENTITY)
         )
 
-    def prepare_columns(self, batch: MessageBatch, batch_properties: dict[str, str]
-                        ) -> PutResult:
+    def prepare_columns(self, batch: MessageBatch, batch_properties: dict[str, str],
+                        committed_properties: list[bytes] | None = None) -> PutResult:
         """Store a transactional batch given in columns as half messages in one put: one
         prepared range.
 
@@ -343,19 +345,28 @@ class ExactlyOnceService:
             batch: the batch as sent, for its real topic and queue, its properties merged
                 with ``batch_properties`` (REAL_TOPIC / REAL_QID among them).
             batch_properties: properties for which ``takes_columns`` is true.
+            committed_properties: each message's properties without ``EOS_COMMIT_DROPPED``
+                (``merge_batch_properties``'s ``without_dropped``), when known: the range
+                then keeps its committed copies while the budget allows
+                (prepared_ranges.py).
 
         Returns:
             The put's result (half-queue offsets).
         """
         service = self._service
         service.ensure_topic(HALF_TOPIC)
-        halves = replace(
-            batch, topic=HALF_TOPIC, queue_id=HALF_QUEUE_ID,
-            sysflag=(batch.sysflag & ~SYSFLAG_TRANSACTION_MASK) | TRANSACTION_NOT_TYPE,
-        )
+        crcs = body_crcs(batch.bodies)
+        sysflag = batch.sysflag & ~SYSFLAG_TRANSACTION_MASK
+        halves = replace(batch, topic=HALF_TOPIC, queue_id=HALF_QUEUE_ID,
+                         sysflag=sysflag | TRANSACTION_NOT_TYPE, body_crcs=crcs)
         result = service.store.put_batch(halves)
         if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
-            self._add_range(batch_properties, result, len(batch.bodies))
+            copies = None
+            if committed_properties is not None and service.progress.prepared.copies_max_bytes:
+                copies = CommittedCopies.of(result.physical_offset, result.wrote_bytes, replace(
+                    batch, bodies=[], properties=committed_properties,
+                    sysflag=sysflag | TRANSACTION_COMMIT_TYPE, body_crcs=crcs))
+            self._add_range(batch_properties, result, len(batch.bodies), copies)
         return result
 
     def _remember_range(self, messages: list[StoreMessage], result: PutResult) -> None:
@@ -370,7 +381,8 @@ class ExactlyOnceService:
                 return  # not one identity (an entry overrode one): tracked half by half
         self._add_range(properties, result, count)
 
-    def _add_range(self, properties: dict[str, str], result: PutResult, count: int) -> None:
+    def _add_range(self, properties: dict[str, str], result: PutResult, count: int,
+                   copies: CommittedCopies | None = None) -> None:
         """Track ``count`` halves stored by one put, all with ``properties``' identity."""
         service = self._service
         store_timestamp = result.store_timestamp or service.clock_ms()
@@ -381,6 +393,7 @@ class ExactlyOnceService:
             writer_id=properties.get(PROPERTY_EOS_WRITER_ID, ""),
             producer_group=properties.get(PROPERTY_PRODUCER_GROUP, ""),
             due_ms=store_timestamp + service.immunity_ms(properties),
+            copies=copies,
         ))
 
     # -- commit and abort ------------------------------------------------------------------

@@ -16,6 +16,12 @@ broker's largest cost per row. Instead the broker remembers each prepared batch 
   open range, or ended by a known op record; its checkpoint lists the open ranges
   (``[first, count]``), and a restart re-reads each range's first half for the identity.
 
+A range stored by columns (``prepare_columns``) also keeps, while a byte budget allows
+(``exactlyOnceCommitCacheBytes``), its ``CommittedCopies``: every column of its committed
+messages but the bodies, made when the halves were stored (the properties without the
+dropped pairs come from the same merge). Its commit then reads the halves' bytes once,
+takes the bodies out of them and stores; nothing is parsed again (range_ends.py).
+
 A half of a range may still be ended on its own (an END_TRANSACTION naming it, a commit
 through the one-by-one path). The range then notes it (``ended_apart``, with the lowest op
 offset so a restart replays that op record), and whole-range work looks at each half.
@@ -30,6 +36,36 @@ import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from tidemq.store.interface import MessageBatch
+
+# Bytes charged per committed copy besides its properties text: the list slots, the
+# properties' and CRC's objects, the index keys kept alive.
+COPY_OVERHEAD_BYTES = 220
+
+
+@dataclass(slots=True, eq=False)
+class CommittedCopies:
+    """A prepared range's committed messages, all but their bodies.
+
+    Attributes:
+        physical_offset: the first half's commit-log offset; the halves fill
+            ``[physical_offset, physical_offset + size)`` (one append wrote them).
+        batch: the committed messages in columns (real topic and queue, commit sysflag,
+            properties without the dropped pairs, the halves' body CRCs) with no bodies.
+        cost: the bytes charged to the budget for them.
+    """
+
+    physical_offset: int
+    size: int
+    batch: MessageBatch
+    cost: int
+
+    @classmethod
+    def of(cls, physical_offset: int, size: int, batch: MessageBatch) -> CommittedCopies:
+        """Copies with their cost counted from ``batch``."""
+        cost = sum(map(len, batch.properties)) + COPY_OVERHEAD_BYTES * len(batch.properties)
+        return cls(physical_offset, size, batch, cost)
+
 
 @dataclass(slots=True, eq=False)
 class PreparedRange:
@@ -41,6 +77,7 @@ class PreparedRange:
         ended_apart: some half of the range ended on its own; whole-range work must look
             at each half.
         op_offset_min: the lowest op-queue offset of those separate ends (or -1).
+        copies: its committed messages but the bodies, or None (module docstring).
     """
 
     first: int
@@ -52,6 +89,7 @@ class PreparedRange:
     due_ms: int
     ended_apart: bool = False
     op_offset_min: int = -1
+    copies: CommittedCopies | None = None
 
     @property
     def end(self) -> int:
@@ -70,9 +108,16 @@ class PreparedRange:
 
 
 class PreparedRanges:
-    """The open ranges, ordered by first offset, with a timeout heap (module docstring)."""
+    """The open ranges, ordered by first offset, with a timeout heap (module docstring).
 
-    def __init__(self) -> None:
+    Args:
+        copies_max_bytes: the budget of the ranges' ``CommittedCopies`` together; a range
+            added when it is spent keeps none (0: none is ever kept).
+    """
+
+    def __init__(self, copies_max_bytes: int = 0) -> None:
+        self.copies_max_bytes = copies_max_bytes
+        self.copies_bytes = 0
         self._firsts: list[int] = []
         self._ranges: dict[int, PreparedRange] = {}
         self._due: list[tuple[int, int]] = []  # heap of (due_ms, first offset)
@@ -85,7 +130,14 @@ class PreparedRanges:
         return iter([ranges[first] for first in self._firsts])
 
     def add(self, prepared: PreparedRange) -> None:
-        """Remember ``prepared`` (it must not overlap an open range)."""
+        """Remember ``prepared`` (it must not overlap an open range); its copies only
+        while the budget allows."""
+        copies = prepared.copies
+        if copies is not None:
+            if self.copies_bytes + copies.cost > self.copies_max_bytes:
+                prepared.copies = None
+            else:
+                self.copies_bytes += copies.cost
         firsts = self._firsts
         if not firsts or prepared.first >= firsts[-1]:
             firsts.append(prepared.first)  # the common case: the half queue's newest put
@@ -99,8 +151,15 @@ class PreparedRanges:
         if self._ranges.get(prepared.first) is not prepared:
             return
         del self._ranges[prepared.first]
+        self.drop_copies(prepared)
         firsts = self._firsts
         del firsts[bisect.bisect_left(firsts, prepared.first)]
+
+    def drop_copies(self, prepared: PreparedRange) -> None:
+        """Forget the committed copies of ``prepared`` (they are used or no longer wanted)."""
+        copies, prepared.copies = prepared.copies, None
+        if copies is not None:
+            self.copies_bytes -= copies.cost
 
     def lowest_first(self) -> int | None:
         """The first offset of the lowest open range, or None when there is none."""

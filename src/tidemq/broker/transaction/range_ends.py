@@ -4,8 +4,11 @@ The per-half end (end_writer.py) costs a future, a progress entry and a store ca
 half, which is right for END_TRANSACTION but was most of an exactly-once commit's cost. A
 prepared range (prepared_ranges.py) is ended as a unit instead:
 
-- commit: its records are read once (one ``get_messages`` per READ_COUNT halves) and
-  turned into the committed messages column by column (``committed_columns``), stored
+- commit: when the range kept its ``CommittedCopies`` (made as its halves were stored),
+  the halves' bytes are read in one piece and only the bodies taken out of them
+  (``committed_from_copies``); else its records are read once (one ``get_messages`` per
+  READ_COUNT halves) and turned into the committed messages column by column
+  (``committed_columns``). Either batch is stored
   with ``EndWriter.put_committed`` (one ``put_messages`` per BATCH_MESSAGES_MAX), then one
   op record names all their offsets, then ``progress`` forgets the range;
 - roll back: one op record, nothing read.
@@ -44,12 +47,13 @@ import functools
 import logging
 import struct
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import repeat
 from operator import add, gt
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidemq.broker.transaction.eos_records import (
-    EOS_PROPERTIES,
+    EOS_COMMIT_DROPPED,
     PROPERTY_EOS_BATCH_ID,
     PROPERTY_EOS_QUERY_ID,
     PROPERTY_EOS_WRITER_ID,
@@ -68,7 +72,6 @@ from tidemq.protocol.message import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
-    PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     RECORD_FIXED_SIZE_IPV4,
     RECORD_PREFIX_IPV4,
@@ -92,14 +95,11 @@ log = logging.getLogger("tidemq.broker")
 READ_COUNT = 256
 READ_BYTES_MAX = 4 * 1024 * 1024
 
-# The properties a commit drops (records.py ``committed_message``, eos_records.py).
-DROPPED_PROPERTIES = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
-                      PROPERTY_TRANSACTION_PREPARED, *EOS_PROPERTIES)
 _unpack_prefix = RECORD_PREFIX_IPV4.unpack_from
 _unpack_size = struct.Struct(">i").unpack_from  # a record's TOTALSIZE
 _HOSTS_V6 = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 _TO_COMMIT_MASK = ~SYSFLAG_TRANSACTION_MASK
-_DROPPED_BYTES = frozenset(name.encode() for name in DROPPED_PROPERTIES)
+_DROPPED_BYTES = frozenset(name.encode() for name in EOS_COMMIT_DROPPED)
 _HALF_TOPIC_LENGTH = bytes((len(HALF_TOPIC.encode()),))
 # From a record's body end to its PROPERTIES: TOPICLENGTH, the half topic, PROPERTIESLENGTH.
 _PROPERTIES_AFTER_BODY = 1 + len(HALF_TOPIC.encode()) + 2
@@ -301,6 +301,43 @@ def _index_keys(unique_keys: list[bytes] | None, user_keys: list[bytes] | None,
     ]
 
 
+def committed_from_copies(service: TransactionService, prepared: PreparedRange
+                          ) -> MessageBatch | None:
+    """The committed messages of ``prepared`` from its ``CommittedCopies`` and the bodies
+    of its halves, read in one piece; None when the stored bytes are not the halves
+    the copies were made with (then the caller parses the halves). The copies are
+    forgotten either way."""
+    copies = prepared.copies
+    assert copies is not None
+    service.progress.prepared.drop_copies(prepared)
+    block = service.store.read_records(copies.physical_offset, copies.size)
+    if block is None:
+        return None
+    starts = _record_starts(block)
+    if starts is None or len(starts) != prepared.count:
+        return None
+    try:
+        first = _unpack_prefix(block, 0)
+        last = _unpack_prefix(block, starts[-1])
+    except struct.error:
+        return None
+    # TOTALSIZE MAGICCODE BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG ...
+    if (first[1] != MAGIC_V1 or first[3] != HALF_QUEUE_ID or first[5] != prepared.first
+            or last[5] != prepared.end - 1 or first[6] != copies.physical_offset
+            or first[7] & _HOSTS_V6):
+        return None  # not IPv4 records of this range: parse them
+    body_starts = list(map(add, starts, repeat(RECORD_PREFIX_SIZE_IPV4)))
+    body_lengths = [length for (length,) in map(
+        _unpack_size, repeat(block), map(add, starts, repeat(RECORD_PREFIX_SIZE_IPV4 - 4)))]
+    view = memoryview(block)
+    return replace(
+        copies.batch,
+        bodies=list(map(view.__getitem__, map(slice, body_starts, map(add, body_starts,
+                                                                     body_lengths)))),
+        prepared_transaction_offsets=list(map(add, starts, repeat(copies.physical_offset))),
+    )
+
+
 def read_range(service: TransactionService, first: int, count: int) -> list[MessageExt] | None:
     """The stored halves at ``[first, first + count)``, decoded once; None when one of
     them is missing or does not decode."""
@@ -365,8 +402,12 @@ def commit_range(service: TransactionService, prepared: PreparedRange) -> int | 
 
 def _committed_messages(service: TransactionService, prepared: PreparedRange
                         ) -> MessageBatch | list[StoreMessage] | None:
-    """The committed messages of every half of ``prepared``, by columns when they fit,
-    or None (per-half path)."""
+    """The committed messages of every half of ``prepared``: from its committed copies,
+    else by columns when they fit, or None (per-half path)."""
+    if prepared.copies is not None:
+        committed = committed_from_copies(service, prepared)
+        if committed is not None:
+            return committed
     parts = read_range_bytes(service, prepared.first, prepared.count)
     if parts is None:
         return None

@@ -142,6 +142,8 @@ log = logging.getLogger("tidemq.broker")
 TRANSACTION_TIMEOUT_MS = 6_000  # transactionTimeOut: no check before a half is this old
 TRANSACTION_CHECK_INTERVAL_MS = 60_000  # transactionCheckInterval: between checks of a half
 TRANSACTION_CHECK_MAX = 15  # transactionCheckMax: then the half is discarded
+# exactlyOnceCommitCacheBytes: memory for prepared ranges' committed copies (prepared_ranges.py)
+EXACTLY_ONCE_COMMIT_CACHE_BYTES = 256 * 1024 * 1024
 
 # The checkpoint is written this often (and at shutdown); RocketMQ persists consumer offsets,
 # which hold its transaction progress, every 5 s.
@@ -177,19 +179,25 @@ class TransactionSettings:
         timeout_ms: a half is first checked once this old [transactionTimeOut].
         check_interval_ms: time between checks of one half [transactionCheckInterval].
         check_max: checks sent before a half is discarded [transactionCheckMax].
+        commit_cache_bytes: memory for the committed copies of open exactly-once ranges,
+            which spare their commit a parse of the halves [exactlyOnceCommitCacheBytes,
+            tidemq's own].
     """
 
     timeout_ms: int = TRANSACTION_TIMEOUT_MS
     check_interval_ms: int = TRANSACTION_CHECK_INTERVAL_MS
     check_max: int = TRANSACTION_CHECK_MAX
+    commit_cache_bytes: int = EXACTLY_ONCE_COMMIT_CACHE_BYTES
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> TransactionSettings:
-        """The settings of transactionTimeOut, transactionCheckInterval, transactionCheckMax."""
+        """The settings of transactionTimeOut, transactionCheckInterval, transactionCheckMax,
+        exactlyOnceCommitCacheBytes."""
         return cls(
             timeout_ms=config.transaction_timeout_ms,
             check_interval_ms=config.transaction_check_interval_ms,
             check_max=config.transaction_check_max,
+            commit_cache_bytes=config.exactly_once_commit_cache_bytes,
         )
 
 
@@ -233,6 +241,7 @@ class TransactionService:
         # Public so a test can swap in a fake clock after the controller built us.
         self.clock_ms: Callable[[], int] = clock_ms or wall_clock_ms
         self.progress = TransactionProgress(Path(broker.config_dir) / PROGRESS_FILE_NAME)
+        self.progress.prepared.copies_max_bytes = self.settings.commit_cache_bytes
         self.writer = EndWriter(self)
         self.checker = TransactionChecker(self)
         self.end_processor = EndTransactionProcessor(self)
@@ -351,11 +360,12 @@ class TransactionService:
         columns with ``prepare_columns`` (exactly_once.py: the sink's batches)."""
         return self.eos.takes_columns(batch_properties)
 
-    def prepare_columns(self, batch: MessageBatch, batch_properties: dict[str, str]
-                        ) -> PutResult:
+    def prepare_columns(self, batch: MessageBatch, batch_properties: dict[str, str],
+                        committed_properties: list[bytes] | None = None) -> PutResult:
         """Store a transactional batch given in columns as half messages in one put
-        (``takes_columns`` must be true of ``batch_properties``)."""
-        return self.eos.prepare_columns(batch, batch_properties)
+        (``takes_columns`` must be true of ``batch_properties``; the other arguments as
+        ``ExactlyOnceService.prepare_columns``)."""
+        return self.eos.prepare_columns(batch, batch_properties, committed_properties)
 
     # -- END_TRANSACTION -------------------------------------------------------------------
 
