@@ -21,6 +21,10 @@ on free loopback ports with its store in a temporary folder, and stops it (by it
 end. The read and write figures are the best of ``--runs`` runs after a warm-up query (a
 session's first Python data-source query costs 7-16 s of one-off start-up).
 
+Each timed run starts once the server has been idle for a second (at most a minute's wait),
+so that no run pays for the background work of the one before (warming the next commit-log
+segment costs a core for about two seconds a GiB on a fresh virtual machine).
+
 CPU next to wall time: the machines these run on are shared (a neighbour's test run halves
 any wall figure), so the read and write figures also give the CPU each part spent per row,
 from /proc (Linux): ``jvm`` (Spark's JVM), ``python`` (its Python workers: the connector's
@@ -57,6 +61,10 @@ WRITE_TOPIC = "SparkBenchWrite"
 LATENCY_TOPIC = "SparkBenchLatency"
 WARM_UP_TOPIC = "SparkBenchWarmUp"
 QUEUES = 8
+# Before each timed run the server must be idle: under this share of one core...
+IDLE_CPU_SHARE = 0.1
+IDLE_SAMPLE_S = 0.5  # ...for two intervals this long...
+IDLE_WAIT_BOUND_S = 60.0  # ...waiting at most this long.
 PRODUCE_BATCH = 256  # messages per SEND_BATCH_MESSAGE request while filling the read topic
 PRODUCE_IN_FLIGHT = 4
 LATENCY_MESSAGES = 20
@@ -175,6 +183,21 @@ class CpuMeter:
             table[int(entry.name)] = (int(fields[1]), cpu_s, name)
         return table
 
+    def wait_server_idle(self, bound_s: float = IDLE_WAIT_BOUND_S) -> None:
+        """Wait (at most ``bound_s``) until the server's CPU use has stayed under
+        IDLE_CPU_SHARE of a core for two IDLE_SAMPLE_S intervals, so a run does not pay
+        for the last one's background work (segment warming, flushes)."""
+        if self.server_pid is None:
+            return
+        deadline = time.monotonic() + bound_s
+        quiet = 0
+        last = self.read()["tidemq"]
+        while quiet < 2 and time.monotonic() < deadline:
+            time.sleep(IDLE_SAMPLE_S)
+            now = self.read()["tidemq"]
+            quiet = quiet + 1 if now - last < IDLE_CPU_SHARE * IDLE_SAMPLE_S else 0
+            last = now
+
     def read(self) -> dict[str, float]:
         """CPU seconds so far: jvm, python (Spark's workers), tidemq (the server)."""
         table = self._processes()
@@ -224,6 +247,7 @@ def spark_session(master: str) -> Any:
 def _timed_runs(runs: int, count: int, meter: CpuMeter, action: Any) -> dict[str, Any]:
     rates, cpus = [], []
     for _ in range(runs):
+        meter.wait_server_idle()
         before = meter.read()
         started = time.perf_counter()
         action()
@@ -268,6 +292,7 @@ def bench_write_both(spark: Any, namesrv: str, count: int, size: int, runs: int,
                       .option("topic", WRITE_TOPIC).mode("append"))
             if mode == "exactly_once":
                 writer = writer.option("exactlyOnce", "true")
+            meter.wait_server_idle()
             before = meter.read()
             started = time.perf_counter()
             writer.save()

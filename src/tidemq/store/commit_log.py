@@ -22,8 +22,11 @@ batches:
 - pwrite releases the GIL while the kernel copies, so other appenders encode meanwhile;
 - pages dirtied through a mapping are write-protected again by each sync and fault again on
   the next write; pages written with pwrite are not mapped writable.
-The next segment is asked of the allocator (segment_allocator.py) once the current one is
-half written.
+The next segment is asked of the allocator (segment_allocator.py) as soon as the current one
+is in use, as RocketMQ's AllocateMappedFileService does: the allocator has the whole segment's
+time to warm the next one. Asked at half a segment, it fell behind whenever the appender
+outpaced it (the warming shares the cores with the appender and its clients), and the
+appender then wrote to pages nobody had touched, at several times the cost.
 
 Threads: ``append`` runs under the store's append lock (one writer). Readers find segments
 through the copy-on-write segment list and read only below offsets a consume queue or the
@@ -103,17 +106,14 @@ class CommitLog:
         self._next_segment_requested = False
 
     def request_next_segment(self) -> None:
-        """Ask the allocator to prepare the segment after the last one once that one is half
-        written (at open, and after each append); the first segment at once."""
+        """Ask the allocator to prepare the segment after the last one (at open, and after
+        each append until asked); the first segment at once (module docstring)."""
         if self.allocator is None or self._next_segment_requested:
             return
         last = self.queue.last_file()
         if last is None:
             self.allocator.request(0)
-        elif last.write_position >= self.file_size // 2:
-            # Half a segment ahead: the allocator gets as long to prepare the next segment
-            # as the appender takes to write half of this one, and a log that fills slowly
-            # does not keep a whole prepared segment (1 GiB of page cache) for days.
+        else:
             self.allocator.request(last.file_from_offset + self.file_size)
             self._next_segment_requested = True
 

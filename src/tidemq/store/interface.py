@@ -229,9 +229,11 @@ class MessageStore(abc.ABC):
         """
         return [self.put_message(message) for message in messages]
 
-    def put_batch(self, batch: MessageBatch) -> PutResult:
+    def put_batch(self, batch: MessageBatch, *, msg_ids: bool = True) -> PutResult:
         """Append a batch given in columns (see ``MessageBatch``), as ``put_messages`` would
-        append the same messages. This default goes through ``put_messages``."""
+        append the same messages. ``msg_ids=False``: the caller does not want the result's
+        ``msg_ids`` (the store may leave them empty). This default goes through
+        ``put_messages``."""
         return self.put_messages(batch.to_store_messages())
 
     @abc.abstractmethod

@@ -241,7 +241,7 @@ class StoreCore(MessageStore):
             return PutResult(e.status, e.remark)
         return self._append(batch)
 
-    def put_batch(self, batch: MessageBatch) -> PutResult:
+    def put_batch(self, batch: MessageBatch, *, msg_ids: bool = True) -> PutResult:
         """Append a batch given in columns (see ``MessageStore.put_batch``)."""
         if self._closed or self._not_writable_reason is not None:
             return self._unavailable()
@@ -251,9 +251,9 @@ class StoreCore(MessageStore):
             return PutResult(e.status, e.remark)
         if encoded is None:
             return self._put(batch.to_store_messages())
-        return self._append(encoded)
+        return self._append(encoded, msg_ids=msg_ids)
 
-    def _append(self, batch: EncodedBatch) -> PutResult:
+    def _append(self, batch: EncodedBatch, *, msg_ids: bool = True) -> PutResult:
         """Append records of one queue encoded outside the lock (theory, step 2 and 3)."""
         count = len(batch.sizes)
         queued = batch.queued
@@ -284,7 +284,7 @@ class StoreCore(MessageStore):
             physical_offset=physical_offsets[0],
             wrote_bytes=len(batch.buffer),
             queue_offset=queue_offset if queued else 0,
-            msg_ids=_offset_msg_ids(prefix, physical_offsets),
+            msg_ids=_offset_msg_ids(prefix, physical_offsets) if msg_ids else [],
             store_timestamp=store_timestamp,
             message_count=count,
             durable=durable,

@@ -158,6 +158,7 @@ def test_put_batch_stores_what_put_messages_stores(tmp_path, count):
             MemoryMessageStore(small_config(tmp_path / "b")) as reference:
         result = columns.put_batch(batch)
         assert result.status is PutStatus.PUT_OK and result.message_count == count
+        assert len(result.msg_ids) == count
         assert reference.put_messages(batch.to_store_messages()).status is PutStatus.PUT_OK
         assert raw_records(columns, "Orders", count) == raw_records(reference, "Orders", count)
         records = decode_records(columns.get_messages("Orders", 0, 0, count, 1 << 30).body)
@@ -170,6 +171,13 @@ def test_put_batch_stores_what_put_messages_stores(tmp_path, count):
         ]
         assert columns.query_messages("Orders", f"k{count - 1}", 4, 0, 1 << 62).records
         assert columns.query_messages("Orders", f"U{0:031d}", 4, 0, 1 << 62).records
+        # Without msg ids (committed copies: nobody is told them) the same records follow.
+        quiet = columns.put_batch(batch, msg_ids=False)
+        assert quiet.status is PutStatus.PUT_OK and quiet.msg_ids == []
+        again = decode_records(columns.read_records(quiet.physical_offset, quiet.wrote_bytes))
+        first = decode_records(columns.read_records(result.physical_offset, result.wrote_bytes))
+        assert [(r.body, r.properties, r.queue_offset - count) for r in again] == [
+            (r.body, r.properties, r.queue_offset) for r in first]
 
 
 def test_put_batch_refuses_an_oversized_body_naming_the_limit(tmp_path):

@@ -155,7 +155,7 @@ class EndWriter:
         for chunk in chunks:
             started = time.monotonic()
             if isinstance(chunk, MessageBatch):
-                result = store.put_batch(chunk)
+                result = store.put_batch(chunk, msg_ids=False)  # nobody is told them
                 bodies = chunk.bodies
             else:
                 result = store.put_messages(chunk)

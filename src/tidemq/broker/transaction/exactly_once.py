@@ -81,6 +81,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from itertools import repeat
@@ -104,7 +105,12 @@ from tidemq.broker.transaction.eos_records import (
     eos_identity,
 )
 from tidemq.broker.transaction.prepared_ranges import CommittedCopies, PreparedRange
-from tidemq.broker.transaction.range_ends import commit_range, roll_back_range
+from tidemq.broker.transaction.range_ends import (
+    commit_groups,
+    commit_range,
+    commit_ranges,
+    roll_back_range,
+)
 from tidemq.broker.transaction.records import (
     HALF_QUEUE_ID,
     HALF_TOPIC,
@@ -406,6 +412,7 @@ class ExactlyOnceService:
         decision = self.decisions.get(*key)
         if decision is not None:
             return self._replayed(batch, decision)
+        started = time.monotonic()
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._deciding[key] = done
         try:
@@ -435,8 +442,9 @@ class ExactlyOnceService:
         if failed:
             remark = (f"{failed} of {decision.count} committed messages could not be stored "
                       "yet; the decision is durable and the broker commits them on its own")
-        log.info("exactly-once batch %d of query %s committed: %d messages from %d writers",
-                 batch.batch_id, batch.query_id, decision.count, len(batch.writers))
+        log.info("exactly-once batch %d of query %s committed: %d messages from %d writers "
+                 "in %.0f ms", batch.batch_id, batch.query_id, decision.count,
+                 len(batch.writers), (time.monotonic() - started) * 1000)
         return EosAnswer(ResponseCode.SUCCESS, remark, committed_count=decision.count)
 
     def _replayed(self, batch: EosBatch, decision: BatchDecision) -> EosAnswer:
@@ -552,16 +560,21 @@ class ExactlyOnceService:
                 # settle some of these ranges meanwhile.
                 prepared = self._prepared(batch, writer_id, first, count) or ()
                 by_half: list[PreparedRange] = []
-                for one in prepared:
-                    done = commit_range(service, one)
-                    if done is None:
-                        by_half.append(one)
-                        continue
-                    committed += done
-                    failed += one.count - done
-                    since_yield += one.count
+                for group in commit_groups(prepared):
+                    for one, done in zip(group, commit_ranges(service, group), strict=True):
+                        if done is None:
+                            by_half.append(one)
+                            continue
+                        committed += done
+                        failed += one.count - done
+                        since_yield += one.count
                     if kill_after is not None and committed >= kill_after:
                         _kill_self(f"{committed} halves committed")
+                    if since_yield >= APPLY_CHUNK:
+                        # Let others run; a range ended meanwhile (the check service)
+                        # is found so by commit_ranges and left to the per-half path.
+                        since_yield = 0
+                        await asyncio.sleep(0)
                 spans = [(one.first, one.count) for one in by_half] if prepared else [
                     (first, count)]
                 for half in self._halves(spans):

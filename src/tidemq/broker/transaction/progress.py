@@ -158,9 +158,7 @@ class TransactionProgress:
         forget the range (every other half of it had ended before)."""
         self.prepared.remove(prepared)
         ended = self.ended
-        entry = (outcome, op_offset)
-        for half_offset in offsets:
-            ended[half_offset] = entry
+        ended.update(dict.fromkeys(offsets, (outcome, op_offset)))
         if len(ended) > self._forget_above:
             self._forget_old_outcomes()
             self._forget_above = len(ended) + ENDED_REMEMBERED_MAX
@@ -214,9 +212,11 @@ class TransactionProgress:
         # Oldest first (insertion order); an end within an open range is what keeps that
         # half from counting as open, so it stays.
         lowest = prepared.lowest_first()
-        removable = [h for h in self.ended if h < scan and (
-            lowest is None or h < lowest or prepared.find(h) is None)]
-        for half_offset in itertools.islice(removable, max(0, excess)):
+        removable = (h for h in self.ended if h < scan and (
+            lowest is None or h < lowest or prepared.find(h) is None))
+        # Listed first: the dict must not change while the generator walks it. The walk
+        # stops at the ``excess``-th removable entry, not at the end.
+        for half_offset in list(itertools.islice(removable, max(0, excess))):
             del self.ended[half_offset]
 
     # -- checkpoint ------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from __future__ import annotations
 import functools
 import logging
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from itertools import repeat
 from operator import add, gt
@@ -91,6 +91,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidemq.broker")
 
+# Halves whose ranges are committed together, under one op record (commit_ranges): a
+# 1 KiB row's op text is about 8 bytes, so 32 KiB of op record.
+COMMIT_GROUP_HALVES = 4096
 # Halves read per store call (1 KiB rows: about 300 KiB a read), and its byte bound.
 READ_COUNT = 256
 READ_BYTES_MAX = 4 * 1024 * 1024
@@ -376,28 +379,64 @@ def commit_range(service: TransactionService, prepared: PreparedRange) -> int | 
         refused a put: the rest stay open and are committed later), or None when the range
         needs the per-half path (nothing was written).
     """
-    if not can_end_whole(service, prepared):
-        return None
-    committed = _committed_messages(service, prepared)
-    if committed is None:
-        return None
-    stored, failure = service.writer.put_committed(committed)
-    offsets = list(range(prepared.first, prepared.first + stored))
-    progress = service.progress
-    if stored == prepared.count:
-        op_offset = service.writer.write_op(Outcome.COMMIT, offsets)
-        progress.end_range(prepared, Outcome.COMMIT, op_offset, offsets)
-        return stored
-    if stored:
-        op_offset = service.writer.write_op(Outcome.COMMIT, offsets)
-        for half_offset in offsets:
-            progress.end(half_offset, Outcome.COMMIT, op_offset)  # the range notes them
-    assert failure is not None
-    log.warning("%d of %d committed messages of half offsets %d-%d could not be stored: %s "
+    return commit_ranges(service, [prepared])[0]
+
+
+def commit_ranges(service: TransactionService, ranges: Sequence[PreparedRange]
+                  ) -> list[int | None]:
+    """``commit_range`` of each of ``ranges``, their committed copies stored first, then
+    one op record naming every half they committed, then their ends in memory (the order
+    of the module docstring, for the group as a unit). Give groups of a bounded size
+    (``COMMIT_GROUP_HALVES``): one op record names them all."""
+    results: list[int | None] = []
+    ended: list[tuple[PreparedRange, int]] = []
+    offsets: list[int] = []
+    for prepared in ranges:
+        if not can_end_whole(service, prepared):
+            results.append(None)
+            continue
+        committed = _committed_messages(service, prepared)
+        if committed is None:
+            results.append(None)
+            continue
+        stored, failure = service.writer.put_committed(committed)
+        results.append(stored)
+        if stored:
+            ended.append((prepared, stored))
+            offsets += range(prepared.first, prepared.first + stored)
+        if failure is not None:
+            log.warning(
+                "%d of %d committed messages of half offsets %d-%d could not be stored: %s "
                 "%s; those halves stay open and are committed later", prepared.count - stored,
                 prepared.count, prepared.first, prepared.end - 1, failure.status.value,
                 failure.remark)
-    return stored
+    if not offsets:
+        return results
+    op_offset = service.writer.write_op(Outcome.COMMIT, offsets)
+    progress = service.progress
+    for prepared, stored in ended:
+        if stored == prepared.count:
+            progress.end_range(prepared, Outcome.COMMIT, op_offset,
+                               list(range(prepared.first, prepared.end)))
+            continue
+        for half_offset in range(prepared.first, prepared.first + stored):
+            progress.end(half_offset, Outcome.COMMIT, op_offset)  # the range notes them
+    return results
+
+
+def commit_groups(ranges: Sequence[PreparedRange]) -> Iterator[list[PreparedRange]]:
+    """``ranges`` in order, cut into groups of at most COMMIT_GROUP_HALVES halves (a range
+    larger than that is a group of its own)."""
+    group: list[PreparedRange] = []
+    halves = 0
+    for prepared in ranges:
+        if group and halves + prepared.count > COMMIT_GROUP_HALVES:
+            yield group
+            group, halves = [], 0
+        group.append(prepared)
+        halves += prepared.count
+    if group:
+        yield group
 
 
 def _committed_messages(service: TransactionService, prepared: PreparedRange
