@@ -17,6 +17,9 @@ the broker's (``tidemq dev`` process, from /proc/<pid>/stat across the run) and 
 (the ``tidemq bench`` process, from ``RUSAGE_CHILDREN``, less the CPU of a run of
 ``CALIBRATION_MESSAGES`` messages, so the interpreter's start-up and imports are not counted).
 
+Each produce figure starts once the broker has gone idle (``idle.py``: its start-up warms the
+first commit-log segments, seconds of CPU on a fresh virtual machine).
+
 It prints its parameters and the machine first, then one line per figure (``--json``: one JSON
 object).
 """
@@ -35,6 +38,7 @@ import sys
 import tempfile
 import time
 
+from idle import process_cpu_s, wait_process_idle
 from store_bench import machine_description
 
 VENV_BIN = os.path.dirname(sys.executable)
@@ -90,13 +94,6 @@ class DevServer:
         self.log.close()
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def children_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -122,7 +119,9 @@ def bench(namesrv: str, *args: str, timeout_s: float = 300, broker_pid: int | No
 
 
 def produce_with_cpu(server: DevServer, topic: str, count: int, *args: str) -> dict:
-    """A produce run plus CPU µs per message of broker and client (see module docstring)."""
+    """A produce run plus CPU µs per message of broker and client (see module docstring),
+    started once the broker is idle (idle.py)."""
+    wait_process_idle(server.process.pid)
     calibration = bench(server.namesrv, "produce", "-t", topic, *args,
                         "--count", str(CALIBRATION_MESSAGES), broker_pid=server.process.pid)
     summary = bench(server.namesrv, "produce", "-t", topic, *args, "--count", str(count),

@@ -54,6 +54,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from idle import wait_process_idle
 from tidemq.client import Admin, Message, Producer
 
 READ_TOPIC = "SparkBenchRead"
@@ -61,10 +62,6 @@ WRITE_TOPIC = "SparkBenchWrite"
 LATENCY_TOPIC = "SparkBenchLatency"
 WARM_UP_TOPIC = "SparkBenchWarmUp"
 QUEUES = 8
-# Before each timed run the server must be idle: under this share of one core...
-IDLE_CPU_SHARE = 0.1
-IDLE_SAMPLE_S = 0.5  # ...for two intervals this long...
-IDLE_WAIT_BOUND_S = 60.0  # ...waiting at most this long.
 PRODUCE_BATCH = 256  # messages per SEND_BATCH_MESSAGE request while filling the read topic
 PRODUCE_IN_FLIGHT = 4
 LATENCY_MESSAGES = 20
@@ -183,20 +180,9 @@ class CpuMeter:
             table[int(entry.name)] = (int(fields[1]), cpu_s, name)
         return table
 
-    def wait_server_idle(self, bound_s: float = IDLE_WAIT_BOUND_S) -> None:
-        """Wait (at most ``bound_s``) until the server's CPU use has stayed under
-        IDLE_CPU_SHARE of a core for two IDLE_SAMPLE_S intervals, so a run does not pay
-        for the last one's background work (segment warming, flushes)."""
-        if self.server_pid is None:
-            return
-        deadline = time.monotonic() + bound_s
-        quiet = 0
-        last = self.read()["tidemq"]
-        while quiet < 2 and time.monotonic() < deadline:
-            time.sleep(IDLE_SAMPLE_S)
-            now = self.read()["tidemq"]
-            quiet = quiet + 1 if now - last < IDLE_CPU_SHARE * IDLE_SAMPLE_S else 0
-            last = now
+    def wait_server_idle(self) -> None:
+        """Wait until the server has gone idle (idle.py); at once without one."""
+        wait_process_idle(self.server_pid)
 
     def read(self) -> dict[str, float]:
         """CPU seconds so far: jvm, python (Spark's workers), tidemq (the server)."""

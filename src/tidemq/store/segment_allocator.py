@@ -9,6 +9,12 @@ to pages that are already in the page cache. RocketMQ does the same in its
 AllocateMappedFileService with ``warmMapedFileEnable``. The price is writing each segment's
 zeros once in the background; ``warm_mapped_file_enable=False`` turns it off.
 
+Pacing: the log reports how far its current segment is written (``note_written``), and the
+thread warms the spare no further than that plus ``WARM_LEAD_FRACTION`` of a segment: a
+segment's warming is spread over the writing of the one before (its cost comes with the bytes
+written, not as one burst of a core for seconds, 128 MiB at most), and ends that far before the
+log needs it; the lead is the thread's slack when it shares busy cores.
+
 Protocol (no byte of a segment is ever written by both threads):
 - ``request(offset)``: the log will want the segment starting at ``offset`` next;
 - the thread creates it (not yet in the log's segment list) and warms it 1 MiB at a time,
@@ -34,6 +40,10 @@ logger = logging.getLogger(__name__)
 
 WARM_CHUNK_BYTES = 1 << 20
 _ZEROS = bytes(WARM_CHUNK_BYTES)
+# How far (a fraction of a segment) warming runs ahead of the log's writing.
+WARM_LEAD_FRACTION = 1 / 8
+# While warming is that far ahead, the thread looks again this often.
+PACE_POLL_S = 0.01
 
 
 class SegmentAllocator:
@@ -48,6 +58,11 @@ class SegmentAllocator:
         self._spare: MappedFile | None = None
         self._warm_lock = threading.Lock()
         self._stopping = False
+        self._stop_event = threading.Event()
+        # How far the log's current segment is written (note_written); read by the thread.
+        self._written = 0
+        # Bytes of the spare warmed so far (for tests and diagnostics).
+        self.warmed_bytes = 0
         self._thread = threading.Thread(
             target=self._run, name="tidemq-segment-allocator", daemon=True
         )
@@ -64,6 +79,10 @@ class SegmentAllocator:
                 return
             self._wanted = file_from_offset
             self._condition.notify()
+
+    def note_written(self, position: int) -> None:
+        """The log's current segment is written up to ``position`` (module docstring)."""
+        self._written = position
 
     def take(self, file_from_offset: int) -> MappedFile | None:
         """The prepared segment for ``file_from_offset``, or None (then create it yourself).
@@ -89,6 +108,7 @@ class SegmentAllocator:
         """Stop the thread and delete an unused spare."""
         with self._condition:
             self._stopping = True
+            self._stop_event.set()
             self._condition.notify()
         if self._thread.is_alive():
             self._thread.join()
@@ -127,6 +147,7 @@ class SegmentAllocator:
             with self._warm_lock:
                 pass
             previous.destroy()
+        self.warmed_bytes = 0
         self._warm(mapped)
 
     def _warm(self, mapped: MappedFile) -> None:
@@ -136,12 +157,17 @@ class SegmentAllocator:
         except OSError:
             return
         try:
+            lead = int(self.file_size * WARM_LEAD_FRACTION)
             for position in range(0, self.file_size, WARM_CHUNK_BYTES):
+                while (position >= self._written + lead and self._spare is mapped
+                       and not self._stop_event.wait(PACE_POLL_S)):
+                    pass  # ahead of the log's writing: wait for it
                 with self._warm_lock:
                     if self._spare is not mapped or self._stopping:
                         return
                     size = min(WARM_CHUNK_BYTES, self.file_size - position)
                     os.pwrite(fd, _ZEROS[:size], position)
+                    self.warmed_bytes = position + size
         except OSError as e:
             logger.warning("could not warm segment %s: %s", mapped.path, e)
         finally:

@@ -1,0 +1,41 @@
+"""Waiting for a server process to go idle before a timed run (Linux /proc).
+
+A tidemq broker keeps working after a run: it warms the next commit-log segment (on a fresh
+virtual machine about two seconds of one core per GiB, the first touch of each page) and
+flushes. A run started at once would pay for the one before, or for the start-up, so the
+harnesses start each timed run once the server has been quiet for a moment.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+IDLE_CPU_SHARE = 0.1  # quiet: under this share of one core...
+IDLE_SAMPLE_S = 0.5  # ...for two intervals this long...
+IDLE_WAIT_BOUND_S = 60.0  # ...waiting at most this long.
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (0.0 when /proc lacks it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_process_idle(pid: int | None, bound_s: float = IDLE_WAIT_BOUND_S) -> None:
+    """Return once process ``pid`` has used under IDLE_CPU_SHARE of a core for two
+    IDLE_SAMPLE_S intervals in a row, or after ``bound_s`` (None: at once)."""
+    if pid is None:
+        return
+    deadline = time.monotonic() + bound_s
+    quiet = 0
+    last = process_cpu_s(pid)
+    while quiet < 2 and time.monotonic() < deadline:
+        time.sleep(IDLE_SAMPLE_S)
+        now = process_cpu_s(pid)
+        quiet = quiet + 1 if now - last < IDLE_CPU_SHARE * IDLE_SAMPLE_S else 0
+        last = now
