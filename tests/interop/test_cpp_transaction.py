@@ -7,8 +7,9 @@ topic throughout, must receive exactly the committed messages, each once, with t
 producer's message ids, and never a half or a rolled-back one.
 
 The 0.4.4 binding exposes no transactional producer (its C API has none, only the C++ class
-behind it), so the third-party side here is the consumer; the producer side of the wire is
-covered by tidemq's own client and the broker's unit tests of END_TRANSACTION and
+behind it), so the third-party side here is the consumer; a third-party client's half
+messages are in test_node_transaction.py (ali-ons), and the rest of the producer side of the
+wire is covered by tidemq's own client and the broker's unit tests of END_TRANSACTION and
 CHECK_TRANSACTION_STATE.
 """
 

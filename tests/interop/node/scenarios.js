@@ -7,6 +7,9 @@
 // client: "ons"  = ali-ons 3.12.0 (pure JavaScript implementation of the 4.x protocol)
 //         "cpp2" = rocketmq-nodejs 1.1.2 (native addon around the Apache C++ client 2.x core)
 // role:   "produce" sends msg-0 .. msg-(N-1), tags TagA / TagB alternating, key key-i;
+//         "half" (ali-ons only) sends msg-0 .. msg-(N-1) as transactional half messages: the
+//         client marks a message with property TRAN_MSG=true as a prepared send (sysflag);
+//         it has no END_TRANSACTION of its own, the test ends the halves;
 //         "consume" push-consumes until --expect messages arrived (each delivery recorded);
 //         with --fail-first the first delivery of every message fails, so the client hands
 //         it back and it must come again from the group's retry topic.
@@ -91,6 +94,23 @@ async function onsProduce() {
   await producer.close();
 }
 
+async function onsHalf() {
+  const { Producer, Message } = require('ali-ons');
+  const producer = new Producer({ producerGroup: options.group || 'ons_tx_producer',
+    nameSrv: options.namesrv, httpclient: noHttp });
+  await producer.ready();
+  for (let i = 0; i < options.count; i++) {
+    const message = new Message(options.topic, 'TagTx', Buffer.from(`msg-${i}`));
+    message.keys = [`key-${i}`];
+    message.properties.TRAN_MSG = 'true';
+    message.properties.PGROUP = options.group || 'ons_tx_producer';
+    const sent = await producer.send(message);
+    result.sends.push({ index: i, status: sent.sendStatus, msg_id: sent.msgId,
+      queue_id: sent.messageQueue.queueId, offset: sent.queueOffset });
+  }
+  await producer.close();
+}
+
 async function onsConsume() {
   const { Consumer } = require('ali-ons');
   const consumer = new Consumer({ consumerGroup: options.group, nameSrv: options.namesrv,
@@ -149,7 +169,7 @@ async function cpp2Consume() {
 }
 
 const scenarios = {
-  ons: { produce: onsProduce, consume: onsConsume },
+  ons: { produce: onsProduce, consume: onsConsume, half: onsHalf },
   cpp2: { produce: cpp2Produce, consume: cpp2Consume },
 };
 
