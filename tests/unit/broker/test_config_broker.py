@@ -10,6 +10,7 @@ from tidemq.broker.config import (
     config_properties,
     properties_text,
 )
+from tidemq.broker.transaction.service import TransactionSettings
 from tidemq.cli.config_loader import load_config, parse_properties
 from tidemq.errors import ConfigError
 from tidemq.store.config import FlushDiskType, StoreConfig
@@ -55,6 +56,8 @@ def test_broker_properties_file_loads_with_rocketmq_key_names(tmp_path):
         "channelExpiredTimeout=60000\n"
         "flushDiskType=SYNC_FLUSH\n"
         "messageDelayLevel=1s 2s 3s\n"
+        "transactionCheckMax=3\n"
+        "exactlyOnceCommitCacheBytes=1048576\n"
     )
     broker_config, store_config = load_config([BrokerConfig, StoreConfig], conf, {})
     assert broker_config.broker_cluster_name == "ClusterB"
@@ -68,6 +71,8 @@ def test_broker_properties_file_loads_with_rocketmq_key_names(tmp_path):
     assert broker_config.register_broker_timeout_ms == 2000
     assert broker_config.channel_expired_timeout_ms == 60_000
     assert store_config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+    settings = TransactionSettings.from_broker_config(broker_config)
+    assert (settings.check_max, settings.commit_cache_bytes) == (3, 1 << 20)
     # messageDelayLevel is declared by both and reaches both
     assert broker_config.delay_level_count() == 3
     assert store_config.delay_level_ms() == (1000, 2000, 3000)
