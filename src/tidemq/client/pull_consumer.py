@@ -64,6 +64,7 @@ from tidemq.client.lifecycle import ClientLifecycle, cancel_tasks, leave_quietly
 from tidemq.client.message import MessageQueue, PullResult, PullStatus
 from tidemq.client.producer import default_namesrv
 from tidemq.client.rebalance import allocate_averagely
+from tidemq.client.rebalance_trigger import RebalanceTrigger
 from tidemq.client.subscription import (
     EXPRESSION_TYPE_TAG,
     Subscription,
@@ -268,7 +269,6 @@ class PullConsumer(ClientLifecycle):
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_for_all = pull_threshold_for_all
         self.long_polling_suspend_ms = long_polling_suspend_ms
-        self.rebalance_interval_ms = rebalance_interval_ms
         self._instance = ClientInstance(
             namesrv if namesrv is not None else default_namesrv(),
             instance_name=instance_name,
@@ -288,10 +288,16 @@ class PullConsumer(ClientLifecycle):
         self._space_freed: asyncio.Event | None = None
         self._commits = _Commits()
         self._tasks: list[asyncio.Task[None]] = []
-        self._rebalance_requested: asyncio.Event | None = None
+        self._rebalancer = RebalanceTrigger(group, rebalance_interval_ms, self.rebalance,
+                                            lambda: self._mode == "subscribe")
         self._client_name = f"consumer {group!r}"
 
     # -- life cycle ------------------------------------------------------------------------
+
+    @property
+    def rebalance_interval_ms(self) -> int:
+        """How often the group's queues are re-shared (besides on changes)."""
+        return self._rebalancer.interval_ms
 
     @property
     def client_id(self) -> str:
@@ -310,7 +316,7 @@ class PullConsumer(ClientLifecycle):
             return
         self._data_ready = asyncio.Event()
         self._space_freed = asyncio.Event()
-        self._rebalance_requested = asyncio.Event()
+        self._rebalancer.arm()
         await self._instance.start()
         try:
             await check_subscriptions_at_brokers(self._instance, self.group,
@@ -322,11 +328,11 @@ class PullConsumer(ClientLifecycle):
         self._state = "running"
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._commit_loop()))
-        self._tasks.append(loop.create_task(self._rebalance_loop()))
+        self._tasks.append(loop.create_task(self._rebalancer.loop()))
         for state in self._states.values():
             self._start_fetch(state)
         if self._mode == "subscribe":
-            await self._rebalance_quietly()
+            await self._rebalancer.run_once()
 
     async def close(self) -> None:
         """Commit what is staged (and consumed, with auto commit), leave the group, close.
@@ -384,13 +390,13 @@ class PullConsumer(ClientLifecycle):
         self._mode = "subscribe"
         self._subscriptions[topic] = subscription
         if self._state == "running":
-            self._request_rebalance()
+            self._rebalancer.request()
 
     def unsubscribe(self, topic: str) -> None:
         """Stop consuming ``topic`` (its queues are released at the next re-balance)."""
         self._subscriptions.pop(topic, None)
         if self._state == "running":
-            self._request_rebalance()
+            self._rebalancer.request()
 
     def assign(self, queues: Iterable[MessageQueue], expression: str | None = "*", *,
                expression_type: str = EXPRESSION_TYPE_TAG) -> None:
@@ -804,28 +810,6 @@ class PullConsumer(ClientLifecycle):
             # a changed expression applies from the next pull on
             state.subscription = self._subscriptions[state.queue.topic]
 
-    def _request_rebalance(self) -> None:
-        if self._rebalance_requested is not None:
-            self._rebalance_requested.set()
-
-    async def _rebalance_loop(self) -> None:
-        assert self._rebalance_requested is not None
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.rebalance_interval_ms / 1000):
-                    await self._rebalance_requested.wait()
-            self._rebalance_requested.clear()
-            if self._mode == "subscribe":
-                await self._rebalance_quietly()
-
-    async def _rebalance_quietly(self) -> None:
-        try:
-            await self.rebalance()
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            log.warning("consumer %s: re-balance failed: %s", self.group, e)
-
     async def rebalance(self) -> None:
         """Re-compute this member's queues now (subscribe mode; also runs every 20 s).
 
@@ -876,7 +860,7 @@ class PullConsumer(ClientLifecycle):
     ) -> RemotingCommand | None:
         log.info("consumer %s: broker says the group's members changed; re-balancing",
                  self.group)
-        self._request_rebalance()
+        self._rebalancer.request()
         return None
 
     def _heartbeat_data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -99,6 +98,7 @@ from tidemq.client.pull_consumer import (
 )
 from tidemq.client.push_rebalance import PushRebalance
 from tidemq.client.rebalance import AllocationStrategy, allocation_strategy
+from tidemq.client.rebalance_trigger import RebalanceTrigger
 from tidemq.client.send_back import CLIENT_INNER_PRODUCER_GROUP, SendBack, retry_topic
 from tidemq.client.subscription import (
     EXPRESSION_TYPE_TAG,
@@ -257,7 +257,6 @@ class PushConsumer(ClientLifecycle):
         self.max_reconsume_times = max_reconsume_times
         self.suspend_current_queue_time_ms = suspend_current_queue_time_ms
         self.persist_consumer_offset_interval_ms = persist_consumer_offset_interval_ms
-        self.rebalance_interval_ms = rebalance_interval_ms
         self.long_polling_suspend_ms = long_polling_suspend_ms
         self.shutdown_timeout_ms = shutdown_timeout_ms
         self.takeover_delay_ms = takeover_delay_ms
@@ -292,11 +291,17 @@ class PushConsumer(ClientLifecycle):
         self._consume_service: ConcurrentConsumeService | OrderlyConsumeService | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._rebalance_requested: asyncio.Event | None = None
+        self._rebalancer = RebalanceTrigger(group, rebalance_interval_ms,
+                                            self._rebalance.rebalance)
         self._client_name = f"consumer {group!r}"
         self.start_timestamp_ms = 0  # wall-clock ms of start(), for running-info reports
 
     # -- what to consume, and how ------------------------------------------------------------
+
+    @property
+    def rebalance_interval_ms(self) -> int:
+        """How often the group's queues are re-shared (besides on changes)."""
+        return self._rebalancer.interval_ms
 
     @property
     def client_id(self) -> str:
@@ -408,7 +413,7 @@ class PushConsumer(ClientLifecycle):
         await self.offset_store.load()
         self.start_timestamp_ms = int(time.time() * 1000)
         self._consume_service = self._build_consume_service(self._listener)
-        self._rebalance_requested = asyncio.Event()
+        self._rebalancer.arm()
         await self.instance.start()
         for topic in self.topics():
             self.instance.topics_of_interest.add(topic)
@@ -428,9 +433,9 @@ class PushConsumer(ClientLifecycle):
         self._state = "running"
         self._consume_service.start()
         await self.instance.send_heartbeat()
-        await self._rebalance_quietly()
+        await self._rebalancer.run_once()
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._rebalance_loop(), name="tidemq-rebalance"))
+        self._tasks.append(loop.create_task(self._rebalancer.loop(), name="tidemq-rebalance"))
         self._tasks.append(loop.create_task(self._persist_loop(), name="tidemq-offsets"))
         if self.orderly and self.clustering:
             self._tasks.append(loop.create_task(self._lock_loop(), name="tidemq-locks"))
@@ -607,42 +612,21 @@ class PushConsumer(ClientLifecycle):
                 log.warning("consumer %s: committing the reset offset %d of %s failed: %s",
                             self.group, offset, queue, e)
             self.offset_store.remove(queue)
-        self._request_rebalance()
+        self._rebalancer.request()
 
     def _subscriptions_changed(self) -> None:
         if self._state == "running":
             for topic in self.topics():
                 self.instance.topics_of_interest.add(topic)
             self.instance.spawn(self.instance.send_heartbeat())
-            self._request_rebalance()
-
-    def _request_rebalance(self) -> None:
-        if self._rebalance_requested is not None:
-            self._rebalance_requested.set()
-
-    async def _rebalance_loop(self) -> None:
-        assert self._rebalance_requested is not None
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.rebalance_interval_ms / 1000):
-                    await self._rebalance_requested.wait()
-            self._rebalance_requested.clear()
-            await self._rebalance_quietly()
-
-    async def _rebalance_quietly(self) -> None:
-        try:
-            await self._rebalance.rebalance()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("consumer %s: rebalance failed", self.group)
+            self._rebalancer.request()
 
     async def _on_consumer_ids_changed(
         self, request: RemotingCommand, connection: object
     ) -> RemotingCommand | None:
         log.info("consumer %s: a broker says the group's members changed; rebalancing",
                  self.group)
-        self._request_rebalance()
+        self._rebalancer.request()
         return None
 
     async def _lock_loop(self) -> None:
@@ -783,7 +767,7 @@ class PushConsumer(ClientLifecycle):
                 # The queue went back (its broker lost data): start it over from scratch.
                 self.offset_store.update(queue, next_offset, increase_only=False)
                 self._rebalance.release(process_queue)
-                self._request_rebalance()
+                self._rebalancer.request()
                 return None
         if process_queue.message_count == 0:
             # Nothing in flight: everything up to next_offset was consumed or filtered out.
