@@ -288,8 +288,8 @@ class PullConsumer(ClientLifecycle):
         self._space_freed: asyncio.Event | None = None
         self._commits = _Commits()
         self._tasks: list[asyncio.Task[None]] = []
-        self._rebalancer = RebalanceTrigger(group, rebalance_interval_ms, self.rebalance,
-                                            lambda: self._mode == "subscribe")
+        # rebalance() itself does nothing unless in subscribe mode.
+        self._rebalancer = RebalanceTrigger(group, rebalance_interval_ms, self.rebalance)
         self._client_name = f"consumer {group!r}"
 
     # -- life cycle ------------------------------------------------------------------------

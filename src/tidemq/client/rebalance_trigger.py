@@ -23,17 +23,15 @@ class RebalanceTrigger:
     Args:
         group: the consumer group, for the log.
         interval_ms: the timer's period.
-        rebalance: one re-balance.
-        wanted: whether a timer or requested run should re-balance at all now (a pull
-            consumer given its queues by ``assign`` does not).
+        rebalance: one re-balance (a consumer that has nothing to re-balance, such as a pull
+            consumer given its queues by ``assign``, returns at once).
     """
 
-    def __init__(self, group: str, interval_ms: int, rebalance: Callable[[], Awaitable[None]],
-                 wanted: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, group: str, interval_ms: int,
+                 rebalance: Callable[[], Awaitable[None]]) -> None:
         self.group = group
         self.interval_ms = interval_ms
         self._rebalance = rebalance
-        self._wanted = wanted
         self._requested: asyncio.Event | None = None
 
     def arm(self) -> None:
@@ -54,8 +52,7 @@ class RebalanceTrigger:
                 async with asyncio.timeout(self.interval_ms / 1000):
                     await requested.wait()
             requested.clear()
-            if self._wanted():
-                await self.run_once()
+            await self.run_once()
 
     async def run_once(self) -> None:
         """One re-balance now; a failure is logged, not raised."""

@@ -341,13 +341,12 @@ class CommitLog:
     def read_record(self, physical_offset: int) -> bytes | None:
         """A copy of the record starting at ``physical_offset``, or None if none starts there
         (outside the log, in a blank, or in the middle of another record)."""
-        total = self.read_record_start(physical_offset)
-        if total is None:
+        found = self._record_at(physical_offset)
+        if found is None:
             return None
-        mapped = self.find_file(physical_offset)
-        assert mapped is not None
+        mapped, position, total = found
         try:
-            return mapped.read(physical_offset - mapped.file_from_offset, total)
+            return mapped.read(position, total)
         except ValueError:  # the segment was deleted by retention while we read it
             return None
 
@@ -355,11 +354,10 @@ class CommitLog:
         """A copy of the ``size`` bytes from ``physical_offset`` when a record starts there
         and they lie in the written part of one segment (what one batch append wrote),
         else None. Only the first record is checked; the caller knows the rest."""
-        if size <= 0 or self.read_record_start(physical_offset) is None:
+        found = self._record_at(physical_offset) if size > 0 else None
+        if found is None:
             return None
-        mapped = self.find_file(physical_offset)
-        assert mapped is not None
-        position = physical_offset - mapped.file_from_offset
+        mapped, position, _ = found
         if position + size > mapped.write_position:
             return None
         try:
@@ -367,9 +365,9 @@ class CommitLog:
         except ValueError:  # the segment was deleted by retention while we read it
             return None
 
-    def read_record_start(self, physical_offset: int) -> int | None:
-        """The size of the record starting at ``physical_offset``, or None if none starts
-        there (as ``read_record``, without the copy)."""
+    def _record_at(self, physical_offset: int) -> tuple[MappedFile, int, int] | None:
+        """(segment, position in it, TOTALSIZE) of the record starting at
+        ``physical_offset``, or None if none starts there."""
         mapped = self.find_file(physical_offset)
         if mapped is None:
             return None
@@ -384,7 +382,7 @@ class CommitLog:
             stored = _INT64.unpack_from(mapped.buffer, position + POSITION_PHYSICAL_OFFSET)[0]
         except ValueError:  # the segment was deleted by retention while we read it
             return None
-        return total if stored == physical_offset else None
+        return (mapped, position, total) if stored == physical_offset else None
 
     def store_timestamp_at(self, physical_offset: int) -> int | None:
         """STORETIMESTAMP of the record at ``physical_offset``, or None if it is gone."""

@@ -264,7 +264,7 @@ def _encode_columns(
     try:
         prefixes = list(map(
             _pack_prefix, sizes, repeat(MAGIC_V1),
-            map(and_, map(crc32, bodies), repeat(_BODY_CRC_MASK)),
+            body_crcs(bodies),
             queue_ids if mixed_queues else repeat(queue_id), flags,
             repeat(0), repeat(0), map(and_, sysflags, repeat(_NO_V6_FLAGS)), born_timestamps,
             repeat(born_address), repeat(born_port), repeat(store_timestamp),
@@ -342,7 +342,7 @@ def encode_message_batch(
     try:
         prefixes = list(map(
             _pack_prefix, sizes, repeat(MAGIC_V1),
-            batch.body_crcs or map(and_, map(crc32, bodies), repeat(_BODY_CRC_MASK)),
+            batch.body_crcs or body_crcs(bodies),
             repeat(queue_id), batch.flags, repeat(0), repeat(0),
             repeat(sysflag & _NO_V6_FLAGS), repeat(batch.born_timestamp),
             repeat(born_address), repeat(born_port), repeat(store_timestamp),

@@ -57,8 +57,7 @@ class SegmentAllocator:
         self._preparing: int | None = None  # the offset being created right now
         self._spare: MappedFile | None = None
         self._warm_lock = threading.Lock()
-        self._stopping = False
-        self._stop_event = threading.Event()
+        self._stopping = threading.Event()
         # How far the log's current segment is written (note_written); read by the thread.
         self._written = 0
         # Bytes of the spare warmed so far (for tests and diagnostics).
@@ -107,8 +106,7 @@ class SegmentAllocator:
     def close(self) -> None:
         """Stop the thread and delete an unused spare."""
         with self._condition:
-            self._stopping = True
-            self._stop_event.set()
+            self._stopping.set()
             self._condition.notify()
         if self._thread.is_alive():
             self._thread.join()
@@ -118,9 +116,9 @@ class SegmentAllocator:
     def _run(self) -> None:
         while True:
             with self._condition:
-                while self._wanted is None and not self._stopping:
+                while self._wanted is None and not self._stopping.is_set():
                     self._condition.wait()
-                if self._stopping:
+                if self._stopping.is_set():
                     return
                 wanted, self._wanted = self._wanted, None
                 self._preparing = wanted
@@ -160,10 +158,10 @@ class SegmentAllocator:
             lead = int(self.file_size * WARM_LEAD_FRACTION)
             for position in range(0, self.file_size, WARM_CHUNK_BYTES):
                 while (position >= self._written + lead and self._spare is mapped
-                       and not self._stop_event.wait(PACE_POLL_S)):
+                       and not self._stopping.wait(PACE_POLL_S)):
                     pass  # ahead of the log's writing: wait for it
                 with self._warm_lock:
-                    if self._spare is not mapped or self._stopping:
+                    if self._spare is not mapped or self._stopping.is_set():
                         return
                     size = min(WARM_CHUNK_BYTES, self.file_size - position)
                     os.pwrite(fd, _ZEROS[:size], position)

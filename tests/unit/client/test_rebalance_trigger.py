@@ -46,23 +46,19 @@ def test_requests_fold_into_one_run_and_a_failed_run_is_logged_not_fatal(caplog)
     assert "consumer g1: re-balance failed" in caplog.text
 
 
-def test_the_timer_runs_only_while_wanted():
+def test_the_timer_runs_without_requests():
     runs: list[str] = []
-    wanted = [False]
 
     async def rebalance() -> None:
         runs.append("run")
 
     async def scenario() -> None:
-        trigger = RebalanceTrigger("g2", 1, rebalance, lambda: wanted[0])
+        trigger = RebalanceTrigger("g2", 1, rebalance)
         trigger.arm()
         task = asyncio.get_running_loop().create_task(trigger.loop())
-        await asyncio.sleep(0.05)  # many timer turns, none wanted
-        assert runs == []
-        wanted[0] = True
-        while not runs:
+        while len(runs) < 3:  # nobody asks: the 1 ms timer alone runs it, again and again
             await asyncio.sleep(0.001)
         task.cancel()
 
     run(scenario())
-    assert runs
+    assert len(runs) >= 3

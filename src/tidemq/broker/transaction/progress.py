@@ -46,7 +46,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,7 +153,7 @@ class TransactionProgress:
             self._forget_above = len(self.ended) + ENDED_REMEMBERED_MAX
 
     def end_range(self, prepared: PreparedRange, outcome: Outcome, op_offset: int,
-                  offsets: list[int]) -> None:
+                  offsets: Iterable[int]) -> None:
         """Record that the halves at ``offsets`` of ``prepared`` ended by one op record, and
         forget the range (every other half of it had ended before)."""
         self.prepared.remove(prepared)

@@ -417,7 +417,7 @@ def commit_ranges(service: TransactionService, ranges: Sequence[PreparedRange]
     for prepared, stored in ended:
         if stored == prepared.count:
             progress.end_range(prepared, Outcome.COMMIT, op_offset,
-                               list(range(prepared.first, prepared.end)))
+                               range(prepared.first, prepared.end))
             continue
         for half_offset in range(prepared.first, prepared.first + stored):
             progress.end(half_offset, Outcome.COMMIT, op_offset)  # the range notes them
