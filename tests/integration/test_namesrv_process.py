@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 from pathlib import Path
 
 import pytest
 
+from data_paths import CLIENT_FRAMES_DIR
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode, SerializeType
 from tidemq.protocol.command import RemotingCommand
@@ -16,7 +16,7 @@ from tidemq.protocol.message import body_crc
 
 pytestmark = pytest.mark.integration
 
-ORACLE_FRAMES = Path(os.environ.get("TIDEMQ_ORACLE_FRAMES", "/work/shared/oracle/frames"))
+ORACLE_FRAMES = CLIENT_FRAMES_DIR
 ROUTE_FRAMES = sorted(ORACLE_FRAMES.glob("*/*_code105.bin"))
 CLUSTER_FRAMES = sorted(ORACLE_FRAMES.glob("*/*_code106.bin"))
 BROKER_ADDR = "127.0.0.1:10911"

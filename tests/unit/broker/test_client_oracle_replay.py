@@ -1,6 +1,6 @@
 """Replay what real third-party RocketMQ 4.x consumers sent (oracle frames) against a broker.
 
-/work/shared/oracle/frames holds frames captured from ali-ons (JavaScript), the C++ 1.x
+tests/data/frames holds frames captured from ali-ons (JavaScript), the C++ 1.x
 client (Python ``rocketmq`` 0.4.4) and rocketmq-nodejs (C++ 2.x core). Their consumer-side
 frames — HEART_BEAT, GET_CONSUMER_LIST_BY_GROUP, QUERY/UPDATE_CONSUMER_OFFSET, GET_MAX_OFFSET,
 PULL_MESSAGE, LOCK/UNLOCK_BATCH_MQ, UNREGISTER_CLIENT — are decoded and sent, in capture order
@@ -15,18 +15,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from pathlib import Path
 
 import orjson
 import pytest
 
+from data_paths import CLIENT_FRAMES_DIR
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import decode_command
 from tidemq.remoting.client import RemotingClient
 from tidemq.store.config_tables import TopicConfig
 from tidemq.store.interface import StoreMessage
 
-ORACLE = Path("/work/shared/oracle/frames")
+ORACLE = CLIENT_FRAMES_DIR
 CAPTURES = ("alions_ordered_small", "alions_producer_consumer", "alions_tags_small",
             "cpp_orderly", "cpp_produce_consume", "nodecpp_produce_consume")
 CONSUMER_CODES = {

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from pathlib import Path
 
 import pytest
 
+from data_paths import CLIENT_FRAMES_DIR
 from tidemq.broker.config import PERM_READ, PERM_WRITE
 from tidemq.broker.topic_config_manager import TopicConfig
 from tidemq.protocol.codes import RequestCode, ResponseCode, SerializeType
@@ -23,7 +23,7 @@ from tidemq.protocol.message import (
 from tidemq.protocol.msgid import decode_offset_msg_id, encode_offset_msg_id
 from tidemq.store.interface import PutStatus
 
-ORACLE_FRAMES = Path("/work/shared/oracle/frames")
+ORACLE_FRAMES = CLIENT_FRAMES_DIR
 PEER_ADDRESS = "127.0.0.1:45678"
 
 

@@ -1,12 +1,12 @@
-"""Frames real third-party RocketMQ 4.x clients sent (shared/oracle/frames) decode as captured."""
+"""Frames real third-party RocketMQ 4.x clients sent (tests/data/frames) decode as captured."""
 
 import json
-import os
 import random
 from pathlib import Path
 
 import pytest
 
+from data_paths import CLIENT_FRAMES_DIR
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import LanguageCode, RequestCode, SerializeType
 from tidemq.protocol.command import decode_command
@@ -18,7 +18,7 @@ from tidemq.protocol.headers import (
     read_request_header,
 )
 
-ORACLE_FRAMES = Path(os.environ.get("TIDEMQ_ORACLE_FRAMES", "/work/shared/oracle/frames"))
+ORACLE_FRAMES = CLIENT_FRAMES_DIR
 FRAME_FILES = sorted(ORACLE_FRAMES.glob("*/*.bin"))
 CAPTURES = sorted({path.parent for path in FRAME_FILES})
 
