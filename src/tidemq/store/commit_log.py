@@ -107,6 +107,18 @@ class CommitLog:
         self.queue.register(mapped)
         self._next_segment_requested = False
 
+    def start_segment_at(self, file_from_offset: int) -> MappedFile:
+        """Make the segment at ``file_from_offset`` the log's last one (the allocator's spare
+        when it has that one) and ask for the next; a slave's replicated bytes call for it.
+
+        Raises:
+            StoreFull / StoreError: the segment cannot be created.
+        """
+        mapped = self._new_segment(file_from_offset)
+        self._start_segment(mapped)
+        self.request_next_segment()
+        return mapped
+
     def request_next_segment(self) -> None:
         """Ask the allocator to prepare the segment after the last one (at open, and after
         each append until asked); the first segment at once (module docstring)."""

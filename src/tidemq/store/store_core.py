@@ -78,6 +78,7 @@ from tidemq.store.record_encoder import (
     encode_message_batch,
     encode_messages,
 )
+from tidemq.store.replication import CommitLogReplica, read_chunk
 from tidemq.store.retention import RetentionPolicy
 
 logger = logging.getLogger(__name__)
@@ -121,6 +122,7 @@ class StoreCore(MessageStore):
         self._not_writable_reason: str | None = None
         # Store time of the newest dispatched record (the checkpoint's logics time).
         self.last_dispatched_timestamp = 0
+        self._replica: CommitLogReplica | None = None
 
     # -- appends --------------------------------------------------------------------------------
 
@@ -431,6 +433,78 @@ class StoreCore(MessageStore):
     def commit_log_max_offset(self) -> int:
         """The physical offset the next record goes to."""
         return self.commit_log.max_offset()
+
+    # -- replication (replication.py) -----------------------------------------------------------
+
+    def _replica_of_store(self) -> CommitLogReplica:
+        if self._replica is None:
+            self._replica = CommitLogReplica(
+                self.commit_log, self.queues, self.index, self._dispatchers, self._delay_level_ms
+            )
+        return self._replica
+
+    def append_replicated(self, physical_offset: int, data: bytes | memoryview) -> int:
+        """A slave's write of its master's commit-log bytes at ``physical_offset`` (see
+        ``CommitLogReplica.append``); returns the log's new end.
+
+        Raises:
+            ReplicaMismatch: the bytes do not continue this log; nothing was written.
+            StoreError: the store is closed, or a segment could not be created or written.
+        """
+        with self._append_lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            return self._replica_of_store().append(physical_offset, data)
+
+    def dispatch_replicated(self) -> int:
+        """Verify and dispatch the whole records replicated so far; tell the dispatch
+        listeners; return the confirmed offset (the end of the last whole record).
+
+        Raises:
+            ReplicaCorrupt: replicated bytes are no record (the message names the offset).
+        """
+        with self._append_lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            replica = self._replica_of_store()
+            try:
+                notes = replica.dispatch()
+            finally:
+                self.last_dispatched_timestamp = replica.last_store_timestamp
+            confirmed = replica.confirmed_offset
+        for topic, queue_id, max_offset in notes:
+            self._notify(topic, queue_id, max_offset)
+        return confirmed
+
+    def replicated_confirmed_offset(self) -> int:
+        """The end of the last whole replicated (or recovered) record."""
+        return self._replica_of_store().confirmed_offset
+
+    def last_record_offset(self) -> int:
+        """The start of the last whole record of the log (-1 when it holds none).
+
+        Known at once after replicated records were dispatched; otherwise found by walking
+        the record headers of the last segment that holds a record (a start-up cost).
+        """
+        replica = self._replica_of_store()
+        if replica.last_record_offset >= 0 or self.commit_log.max_offset() == 0:
+            return replica.last_record_offset
+        last = -1
+        for mapped in reversed(self.commit_log.queue.files):
+            for segment, position in self.commit_log.iter_positions(mapped.file_from_offset):
+                if segment is not mapped:
+                    break
+                last = segment.file_from_offset + position
+            if last >= 0:
+                break
+        replica.last_record_offset = last
+        return last
+
+    def read_commit_log(self, physical_offset: int, max_bytes: int) -> bytes | None:
+        """A master's read for its slaves: up to ``max_bytes`` written bytes from
+        ``physical_offset`` within one segment (empty: nothing written there yet; None: the
+        offset is not in this log)."""
+        return read_chunk(self.commit_log, physical_offset, max_bytes)
 
     # -- maintenance ----------------------------------------------------------------------------
 

@@ -1,0 +1,282 @@
+"""Replication, the store's side: a slave writes its master's commit-log bytes at the
+master's offsets and dispatches the whole records among them; a master reads its log in
+chunks to send.
+
+The HA stream (docs/protocol.md, "Master/slave replication") carries raw commit-log bytes
+in chunks of up to ``haTransferBatchSize``, each inside one segment of the master's log
+and each starting where the previous one ended. A chunk may end in the middle of a record;
+the next chunk brings the rest. So the slave's log has two ends:
+
+- ``max_offset`` (the commit log's write end): every byte the master sent so far, maybe
+  ending inside a record. This is what the slave reports to its master;
+- ``confirmed_offset``: the end of the last whole record that was verified (magic, sizes,
+  PHYSICALOFFSET, body CRC) and dispatched to the consume queues and the index. Readers see
+  only records below it, because only dispatched records have queue entries.
+
+Theory of an ``append(physical_offset, data)``:
+
+1. the offset must be this log's end; an empty log takes any segment start (a slave that
+   starts from nothing copies from wherever its master's log begins);
+2. the bytes go into the segment holding the offset; a chunk that starts a segment needs
+   the previous one complete; a chunk never crosses a segment end (the master reads within
+   one segment) — either is ``ReplicaMismatch``, and nothing is written;
+3. ``dispatch()`` (after one or more appends) walks the records from ``confirmed_offset``
+   and dispatches every whole one, consecutive records of one queue as one batch. A record
+   cut by the end of the written bytes waits for the next chunk; the blank marker at a
+   segment's end moves on to the next segment once that segment is written to its end.
+   Bytes that are no record at all raise ``ReplicaCorrupt`` naming the offset: the
+   slave refuses to go on rather than serve or dispatch them.
+
+After a crash of the slave, recovery cuts a record torn by the crash (or by a chunk cut in
+the middle of it) like any torn tail, so the slave starts again at a record boundary and
+asks its master for the rest.
+
+Threads: ``append`` and ``dispatch`` run under the store's append lock (the store's methods
+take it), like appends on a master; ``read_chunk`` (master) reads below the write position
+without a lock, like any reader.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable, Sequence
+
+from tidemq.errors import StoreError
+from tidemq.protocol.message import BLANK_MAGIC, MAGIC_V1
+from tidemq.store.commit_log import CommitLog
+from tidemq.store.consume_queue_table import ConsumeQueueTable
+from tidemq.store.dispatch import DispatchBatch, Dispatcher, KeyIndex, batch_from_record
+from tidemq.store.mapped_file import MappedFile
+from tidemq.store.record_check import RecordKind, dispatch_fields, inspect_record
+
+logger = logging.getLogger(__name__)
+
+_SIZE_MAGIC = struct.Struct(">ii")
+_BLANK_MARKER_SIZE = 8
+
+
+class ReplicaMismatch(StoreError):
+    """Replicated bytes do not continue this log (wrong offset, a segment skipped); the
+    message names both offsets. Nothing was written."""
+
+
+class ReplicaCorrupt(StoreError):
+    """Replicated bytes are not a valid record; the message names the offset and why."""
+
+
+# fn(topic, queue_id, max_offset): told after a replicated record reached that queue.
+QueueNotify = Callable[[str, int, int], None]
+
+
+class CommitLogReplica:
+    """Writes a master's commit-log bytes into this store and dispatches them (a slave).
+
+    Args:
+        commit_log, queues, index, dispatchers: the store's parts.
+        delay_level_ms: the delay levels (tag codes of SCHEDULE_TOPIC_XXXX records).
+    """
+
+    def __init__(
+        self,
+        commit_log: CommitLog,
+        queues: ConsumeQueueTable,
+        index: KeyIndex | None,
+        dispatchers: Sequence[Dispatcher],
+        delay_level_ms: Sequence[int],
+    ) -> None:
+        self.commit_log = commit_log
+        self.queues = queues
+        self.index = index
+        self._dispatchers = dispatchers
+        self._delay_level_ms = delay_level_ms
+        # Recovery left the log at a record boundary with everything dispatched.
+        self.confirmed_offset = commit_log.max_offset()
+        # Start of the last whole record dispatched here (-1: none yet); the slave compares
+        # it with its master's record at the same offset before streaming.
+        self.last_record_offset = -1
+        self.last_store_timestamp = commit_log.last_store_timestamp
+
+    # -- appends --------------------------------------------------------------------------------
+
+    def append(self, physical_offset: int, data: bytes | memoryview) -> int:
+        """Write ``data`` at ``physical_offset``; return the log's new end.
+
+        Raises:
+            ReplicaMismatch: the offset is not this log's end, or the chunk would cross a
+                segment end or skip one. Nothing was written.
+            StoreFull / StoreError: a segment could not be created or written.
+        """
+        if not data:
+            return self.commit_log.max_offset()
+        file_size = self.commit_log.file_size
+        last = self.commit_log.queue.last_file()
+        end = self.commit_log.max_offset()
+        if last is None:
+            if physical_offset % file_size:
+                raise ReplicaMismatch(
+                    f"this commit log is empty and can start only at a segment start (a "
+                    f"multiple of {file_size}), not at offset {physical_offset}"
+                )
+            self._start_log_at(physical_offset)
+        elif physical_offset != end:
+            raise ReplicaMismatch(
+                f"replicated bytes start at offset {physical_offset} but this commit log "
+                f"ends at {end}"
+            )
+        mapped = self._segment_for(physical_offset)
+        position = physical_offset - mapped.file_from_offset
+        if position + len(data) > file_size:
+            raise ReplicaMismatch(
+                f"{len(data)} replicated bytes at offset {physical_offset} cross the end of "
+                f"segment {mapped.describe()} (segments here are {file_size} bytes; the "
+                "master's mappedFileSizeCommitLog must be the same)"
+            )
+        mapped.write(position, data)
+        allocator = self.commit_log.allocator
+        if allocator is not None:
+            allocator.note_written(mapped.write_position)  # paces the next segment's warming
+        return mapped.end_offset
+
+    def _start_log_at(self, physical_offset: int) -> None:
+        # An empty log (a slave started from an empty disk) begins at the master's offset.
+        # The dispatch starts there too: nothing before it exists here.
+        self.commit_log.start_segment_at(physical_offset)
+        self.confirmed_offset = physical_offset
+        for queue in self.queues.all():
+            queue.correct_min_offset(physical_offset)
+
+    def _segment_for(self, physical_offset: int) -> MappedFile:
+        last = self.commit_log.queue.last_file()
+        assert last is not None
+        if physical_offset < last.file_from_offset + last.file_size:
+            return last
+        if last.write_position != last.file_size:
+            raise ReplicaMismatch(
+                f"replicated bytes start a new segment at offset {physical_offset} but "
+                f"segment {last.describe()} is written only to {last.end_offset}"
+            )
+        return self.commit_log.start_segment_at(physical_offset)
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    def dispatch(self) -> list[tuple[str, int, int]]:
+        """Verify and dispatch every whole record past ``confirmed_offset``.
+
+        Returns:
+            ``(topic, queue id, queue max offset)`` of each queue that got entries, for the
+            store's dispatch listeners (long-polling pulls on the slave).
+        Raises:
+            ReplicaCorrupt: the bytes at ``confirmed_offset`` or later are no record;
+                everything before them is dispatched.
+        """
+        pending: list[DispatchBatch] = []
+        touched: dict[tuple[str, int], None] = {}
+        try:
+            self._walk(pending)
+        finally:
+            for batch in pending:
+                self._dispatch_batch(batch)
+                if batch.queued:
+                    touched[(batch.topic, batch.queue_id)] = None
+        notes = []
+        for topic, queue_id in touched:
+            queue = self.queues.get(topic, queue_id)
+            if queue is not None:
+                notes.append((topic, queue_id, queue.max_offset))
+        return notes
+
+    def _walk(self, pending: list[DispatchBatch]) -> None:
+        offset = self.confirmed_offset
+        queue = self.commit_log.queue
+        with_keys = self.index is not None
+        mapped = queue.find_file(offset)
+        while mapped is not None:
+            position = offset - mapped.file_from_offset
+            written = mapped.write_position
+            remaining = written - position
+            if remaining < _BLANK_MARKER_SIZE:
+                if position == mapped.file_size:  # exactly full: go on in the next segment
+                    offset = mapped.file_from_offset + mapped.file_size
+                    mapped = queue.find_file(offset)
+                    continue
+                break
+            buffer = mapped.buffer
+            total, magic = _SIZE_MAGIC.unpack_from(buffer, position)
+            if magic == BLANK_MAGIC and total == mapped.file_size - position:
+                if written != mapped.file_size:
+                    break  # the rest of the segment has not arrived yet
+                offset = mapped.file_from_offset + mapped.file_size
+                mapped = queue.find_file(offset)
+                continue
+            if magic == MAGIC_V1 and remaining < total <= mapped.file_size - position:
+                break  # cut by the end of what arrived; the next chunk brings the rest
+            inspection = inspect_record(buffer, position, written, offset, True)
+            if inspection.kind is not RecordKind.RECORD:
+                self.confirmed_offset = offset
+                raise ReplicaCorrupt(
+                    f"replicated bytes at commit-log offset {offset} ({mapped.describe()}:"
+                    f"{position}) are not a record: {inspection.problem or inspection.kind.value}"
+                )
+            fields = dispatch_fields(buffer, position)
+            batch = batch_from_record(fields, offset, total, self._delay_level_ms, with_keys)
+            _add(pending, batch)
+            self.last_record_offset = offset
+            self.last_store_timestamp = fields.store_timestamp
+            offset += total
+            self.confirmed_offset = offset
+        self.confirmed_offset = offset
+
+    def _dispatch_batch(self, batch: DispatchBatch) -> None:
+        for dispatcher in self._dispatchers:
+            dispatcher.dispatch(batch)
+        self.commit_log.last_store_timestamp = batch.store_timestamp
+
+
+def _add(pending: list[DispatchBatch], batch: DispatchBatch) -> None:
+    """Append ``batch`` (one record) to the last pending batch when it continues it (the
+    same queue, the next queue offset, the same kind), else start a new one."""
+    if pending:
+        last = pending[-1]
+        if (
+            last.topic == batch.topic
+            and last.queue_id == batch.queue_id
+            and last.queued == batch.queued
+            and last.indexed == batch.indexed
+            and last.store_timestamp == batch.store_timestamp
+            and (not last.queued
+                 or last.queue_offset + len(last.sizes) == batch.queue_offset)
+        ):
+            last.physical_offsets += batch.physical_offsets
+            last.sizes += batch.sizes
+            last.tag_codes += batch.tag_codes
+            if last.keys is not None and batch.keys is not None:
+                last.keys += batch.keys
+            return
+    pending.append(batch)
+
+
+# -- the master's side ---------------------------------------------------------------------------
+
+
+def read_chunk(commit_log: CommitLog, physical_offset: int, max_bytes: int) -> bytes | None:
+    """Up to ``max_bytes`` written bytes from ``physical_offset``, within one segment.
+
+    Returns:
+        the bytes (empty when nothing is written there yet), or None when the offset is
+        below the log's first segment (retention deleted it) or not in the log at all.
+    """
+    if physical_offset < commit_log.min_offset():
+        return None
+    mapped = commit_log.find_file(physical_offset)
+    if mapped is None:
+        # The end of the log is a segment end: the next segment does not exist yet.
+        return b"" if physical_offset == commit_log.max_offset() else None
+    position = physical_offset - mapped.file_from_offset
+    size = min(max_bytes, mapped.write_position - position)
+    if size <= 0:
+        return b"" if position == mapped.write_position else None
+    try:
+        return mapped.read(position, size)
+    except ValueError:  # retention deleted the segment while we read it
+        return None
