@@ -150,7 +150,7 @@ def test_a_wait_is_answered_once_the_slave_acknowledged_and_many_share_one_ack()
         try:
             await until(lambda: service.in_sync_slave_count() == 1, "connection")
             ends = []
-            for i in range(50):
+            for _ in range(50):
                 result = master.put_message(StoreMessage("Orders", 0, b"x" * 100, {}))
                 ends.append(result.physical_offset + result.wrote_bytes)
             answers = await asyncio.gather(*(service.wait_for_slave(e, 10.0) for e in ends))
