@@ -81,6 +81,24 @@ class StoreConfig:
     # The broker sets it from its own address, so it is no configuration key.
     store_host: str = field(default="127.0.0.1:10911", metadata={"config": False})
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
+    # -- replication (RocketMQ's MessageStoreConfig HA keys; used by tidemq.broker.ha) -------
+    # A slave reports its offset at least this often, so the master's housekeeping (and a
+    # SYNC_MASTER wait) hears from it while nothing is written.
+    ha_send_heartbeat_interval_ms: int = 5000
+    # A connection silent this long is dead: the master drops the slave, the slave reconnects.
+    ha_housekeeping_interval_ms: int = 20_000
+    # Bytes per chunk of the stream: RocketMQ's 32 KiB.
+    ha_transfer_batch_size: int = 32 * 1024
+    # The master's HA address (host:haListenPort) for a slave; None = learn it from the name
+    # server's REGISTER_BROKER answer.
+    ha_master_address: str | None = None
+    # A slave further behind than this is not "in sync": a SYNC_MASTER send then answers
+    # SLAVE_NOT_AVAILABLE at once instead of waiting (RocketMQ 4.x calls it
+    # haSlaveFallbehindMax; 256 MiB in both).
+    ha_max_gap_not_in_sync: int = field(
+        default=256 * 1024 * 1024,
+        metadata={"key": "haMaxGapNotInSync", "aliases": ("haSlaveFallbehindMax",)},
+    )
 
     def __post_init__(self) -> None:
         self.store_path_root_dir = os.fspath(self.store_path_root_dir)
@@ -112,6 +130,22 @@ class StoreConfig:
         _require_range("max_message_size", self.max_message_size, 1, 1 << 30)
         _require_range("max_hash_slot_num", self.max_hash_slot_num, 1, 1 << 30)
         _require_range("max_index_num", self.max_index_num, 1, 1 << 30)
+        _require_range("ha_send_heartbeat_interval_ms", self.ha_send_heartbeat_interval_ms,
+                       10, 3_600_000)
+        _require_range("ha_housekeeping_interval_ms", self.ha_housekeeping_interval_ms,
+                       10, 3_600_000)
+        # A chunk must fit the slave's 4 MiB read buffer (broker/ha/wire.py).
+        _require_range("ha_transfer_batch_size", self.ha_transfer_batch_size, 1, 4 * 1024 * 1024)
+        _require_range("ha_max_gap_not_in_sync", self.ha_max_gap_not_in_sync, 0, 1 << 50)
+        if self.ha_master_address is not None:
+            host, sep, port = self.ha_master_address.rpartition(":")
+            if not self.ha_master_address.strip():
+                self.ha_master_address = None
+            elif not sep or not host or not port.isdigit():
+                raise ConfigError(
+                    f"ha_master_address={self.ha_master_address!r} is not host:port; give the "
+                    "master's HA address, e.g. 10.0.0.5:10912 (its listenPort + 1)"
+                )
         self.delete_hours()  # validates delete_when
         self.delay_level_ms()  # validates message_delay_level
         try:

@@ -27,6 +27,10 @@ class PutStatus(enum.Enum):
 
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # stored, but not synced within the timeout
+    # SYNC_MASTER (the broker decides these after the put, broker/ha/): stored on the master,
+    # but no slave acknowledged it within the timeout / no slave is in sync.
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # too large, bad topic or queue; nothing written
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"  # nothing written
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # store closed or not writable

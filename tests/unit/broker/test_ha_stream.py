@@ -240,3 +240,56 @@ def test_a_silent_peer_is_dropped_after_the_housekeeping_interval(caplog):
     with caplog.at_level(logging.WARNING, logger="tidemq.broker.ha"):
         asyncio.run(main())
     assert any("haHousekeepingInterval" in r.getMessage() for r in caplog.records)
+
+
+# -- SYNC_MASTER statuses -----------------------------------------------------------------------
+
+
+def test_sync_master_answers_ok_timeout_or_not_available_as_the_slave_behaves():
+    from tidemq.broker.config import BrokerConfig
+    from tidemq.broker.ha.replication import Replication
+    from tidemq.remoting.client import RemotingClient
+    from tidemq.store.interface import PutStatus
+
+    async def main() -> None:
+        master = new_store()
+        store_config = StoreConfig(sync_flush_timeout_ms=300, ha_send_heartbeat_interval_ms=200,
+                                   ha_max_gap_not_in_sync=1 << 20)
+        replication = Replication(BrokerConfig(broker_role="SYNC_MASTER"), store_config, master,
+                                  RemotingClient(), "127.0.0.1", 0)
+        await replication.start()
+        try:
+            def put():
+                return master.put_message(StoreMessage("Orders", 0, b"x" * 100, {}))
+
+            # No slave at all.
+            assert await replication.stored_status(put(), True) is PutStatus.SLAVE_NOT_AVAILABLE
+            # A producer that does not wait is answered at once.
+            assert await replication.stored_status(put(), False) is PutStatus.PUT_OK
+            # A "slave" that reports once and then never acknowledges anything more.
+            end = master.commit_log_max_offset()
+            _reader, writer = await asyncio.open_connection("127.0.0.1", replication.ha_port)
+            writer.write(encode_report(end))
+            await until(lambda: replication.service.in_sync_slave_count() == 1, "stalled slave")
+            assert await replication.stored_status(put(), True) is PutStatus.FLUSH_SLAVE_TIMEOUT
+            writer.close()
+            await until(lambda: replication.service.connections == [], "stalled slave gone")
+            # A real slave.
+            slave = new_store()
+            client = HAClient(slave, StubCheck(), replication.service.settings,
+                              replication.service.address)
+            client.start()
+            try:
+                await until(lambda: replication.service.in_sync_slave_count() == 1, "slave")
+                results = [put() for _ in range(20)]
+                statuses = await asyncio.gather(
+                    *(replication.stored_status(r, True) for r in results))
+                assert set(statuses) == {PutStatus.PUT_OK}
+                info = replication.runtime_info()
+                assert info["brokerRole"] == "SYNC_MASTER" and info["inSyncSlaveNums"] == "1"
+            finally:
+                await client.stop()
+        finally:
+            await replication.stop()
+
+    asyncio.run(main())

@@ -1,0 +1,193 @@
+"""Replication: the HA side of one broker, as its processors and operators see it.
+
+- on a master (SYNC_MASTER or ASYNC_MASTER) it runs the HAService on haListenPort and, for a
+  SYNC_MASTER, decides a waiting send's status (``replica_status``);
+- on a slave it runs the HAClient, which copies the master's commit log;
+- both give the HA keys of GET_BROKER_RUNTIME_INFO (``runtime_info``), which
+  ``tidemq admin brokerStatus`` prints and ``clusterList`` reads.
+
+SYNC_MASTER (docs/protocol.md, "Master/slave replication"): a send whose producer waits
+(WAIT=true, the default) is answered PUT_OK once a slave acknowledged an offset at or past
+the end of its bytes; FLUSH_SLAVE_TIMEOUT when none did within syncFlushTimeout;
+SLAVE_NOT_AVAILABLE at once when no slave is in sync (none connected, or every one further
+behind than haMaxGapNotInSync). All three mean "stored on the master". Under SYNC_FLUSH the
+disk and the slave are waited for together; a disk timeout wins.
+
+Owner: the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from concurrent.futures import Future
+
+from tidemq.broker.config import BrokerConfig, BrokerRole
+from tidemq.broker.ha.master import HAService, HASettings
+from tidemq.broker.ha.master_check import MasterCheck, ReplicaStore
+from tidemq.broker.ha.slave import HAClient
+from tidemq.remoting.client import RemotingClient
+from tidemq.store.config import StoreConfig
+from tidemq.store.interface import PutResult, PutStatus
+
+log = logging.getLogger("tidemq.broker.ha")
+
+# How much longer than syncFlushTimeout we wait for the store's own flush timer to answer.
+_DURABLE_WAIT_MARGIN_S = 1.0
+
+
+def ha_settings(store_config: StoreConfig) -> HASettings:
+    """The HA keys of a store config as the HA parts take them."""
+    return HASettings(
+        transfer_batch_size=store_config.ha_transfer_batch_size,
+        heartbeat_interval_s=store_config.ha_send_heartbeat_interval_ms / 1000,
+        housekeeping_interval_s=store_config.ha_housekeeping_interval_ms / 1000,
+        max_gap_not_in_sync=store_config.ha_max_gap_not_in_sync,
+    )
+
+
+class Replication:
+    """HAService on a master, HAClient on a slave (module docstring).
+
+    Args:
+        config, store_config: the broker's settings (brokerRole, names, HA keys).
+        store: the broker's store.
+        client: the broker's remoting client (the slave's master check).
+        ha_host, ha_port: where a master listens (brokerIP2 or brokerIP1, haListenPort).
+    """
+
+    def __init__(self, config: BrokerConfig, store_config: StoreConfig, store: ReplicaStore,
+                 client: RemotingClient, ha_host: str, ha_port: int) -> None:
+        self.role = config.broker_role
+        self._store = store
+        self._sync_flush_timeout_s = store_config.sync_flush_timeout_ms / 1000
+        settings = ha_settings(store_config)
+        self.service: HAService | None = None
+        self.client: HAClient | None = None
+        if self.role is BrokerRole.SLAVE:
+            check = MasterCheck(client, config.broker_name, config.broker_cluster_name, store)
+            self.client = HAClient(store, check, settings, store_config.ha_master_address,
+                                   config.broker_name)
+        else:
+            self.service = HAService(store, ha_host, ha_port, settings, config.broker_name)
+
+    async def start(self) -> None:
+        """Listen (master) or start copying (slave).
+
+        Raises:
+            OSError: a master's HA port is taken (haListenPort).
+        """
+        if self.service is not None:
+            await self.service.start()
+            add_listener = getattr(self._store, "add_dispatch_listener", None)
+            if add_listener is not None:
+                service = self.service
+                add_listener(lambda _topic, _queue_id, _max_offset: service.notify_appended())
+        if self.client is not None:
+            self.client.start()
+
+    async def stop(self) -> None:
+        """Stop streaming, close connections, fail waiting sends."""
+        if self.client is not None:
+            await self.client.stop()
+        if self.service is not None:
+            await self.service.stop()
+
+    @property
+    def ha_port(self) -> int | None:
+        """The port a master's HA service listens on (None on a slave or before start)."""
+        return self.service.port if self.service is not None else None
+
+    def learn_master(self, master_address: str | None, master_ha_address: str | None) -> None:
+        """The name server's REGISTER_BROKER answer (a slave's master); no-op on a master."""
+        if self.client is not None:
+            self.client.update_master(master_ha_address, master_address)
+
+    def notify_appended(self) -> None:
+        """Bytes were appended: let the master's stream send them now."""
+        if self.service is not None:
+            self.service.notify_appended()
+
+    # -- SYNC_MASTER ----------------------------------------------------------------------------
+
+    @property
+    def waits_for_slaves(self) -> bool:
+        """True on a SYNC_MASTER: waiting sends need a slave's acknowledgement."""
+        return self.role is BrokerRole.SYNC_MASTER and self.service is not None
+
+    async def replica_status(self, result: PutResult) -> PutStatus:
+        """PUT_OK once a slave holds the put's bytes; FLUSH_SLAVE_TIMEOUT after
+        syncFlushTimeout; SLAVE_NOT_AVAILABLE at once when no slave is in sync."""
+        service = self.service
+        if service is None or self.role is not BrokerRole.SYNC_MASTER:
+            return PutStatus.PUT_OK
+        if service.in_sync_slave_count() == 0:
+            return PutStatus.SLAVE_NOT_AVAILABLE
+        end = result.physical_offset + result.wrote_bytes
+        acknowledged = await service.wait_for_slave(end, self._sync_flush_timeout_s)
+        return PutStatus.PUT_OK if acknowledged else PutStatus.FLUSH_SLAVE_TIMEOUT
+
+    async def stored_status(self, result: PutResult, wait: bool) -> PutStatus:
+        """The status a send is answered with: the put's own, then (when the producer waits)
+        the disk's (SYNC_FLUSH) and a slave's (SYNC_MASTER), waited for together."""
+        status = result.status
+        if status is not PutStatus.PUT_OK or not wait:
+            return status
+        durable = result.durable
+        if not self.waits_for_slaves:
+            if durable is None:
+                return status
+            return await self._durable_status(durable)
+        if durable is None:
+            return await self.replica_status(result)
+        flushed, replicated = await asyncio.gather(
+            self._durable_status(durable), self.replica_status(result)
+        )
+        return flushed if flushed is not PutStatus.PUT_OK else replicated
+
+    async def _durable_status(self, durable: Future[PutStatus]) -> PutStatus:
+        try:
+            # shield: on our timeout the store's future must not be cancelled (its flush
+            # thread completes it later).
+            async with asyncio.timeout(self._sync_flush_timeout_s + _DURABLE_WAIT_MARGIN_S):
+                return await asyncio.shield(asyncio.wrap_future(durable))
+        except TimeoutError:
+            return PutStatus.FLUSH_DISK_TIMEOUT
+
+    # -- brokerStatus ---------------------------------------------------------------------------
+
+    def runtime_info(self) -> dict[str, str]:
+        """The HA keys of GET_BROKER_RUNTIME_INFO (docs/operations.md explains each)."""
+        table = {"brokerRole": self.role.value}
+        service = self.service
+        if service is not None:
+            end = self._store.commit_log_max_offset()
+            table["haListenAddress"] = service.address
+            table["masterCommitLogMaxOffset"] = str(end)
+            table["inSyncSlaveNums"] = str(service.in_sync_slave_count())
+            table["haConnectionCount"] = str(len(service.connections))
+            table["slaveFallBehindMuch"] = str(service.slave_fall_behind_bytes())
+            table["haConnectionInfo"] = json.dumps([
+                {
+                    "addr": c.peer,
+                    "slaveAckOffset": c.acked_offset,
+                    "diff": c.behind(end),
+                    "inSync": c.in_sync,
+                    "transferFromWhere": c.transfer_from,
+                    "transferredBytes": c.transferred_bytes,
+                }
+                for c in service.connections
+            ], separators=(",", ":"))
+        client = self.client
+        if client is not None:
+            master = client.master
+            table["masterAddr"] = master.remoting_address if master else ""
+            table["haMasterAddress"] = master.ha_address if master else ""
+            table["haClientConnected"] = "true" if client.connected else "false"
+            table["haClientMaxOffset"] = str(self._store.commit_log_max_offset())
+            table["haLastReadTimestamp"] = str(client.last_read_ms)
+            table["haLastWriteTimestamp"] = str(client.last_write_ms)
+            table["haRefused"] = client.refused or client.stopped_reason or ""
+        return table
+
