@@ -179,6 +179,10 @@ class CommitLog:
         if last is None:
             last = self._new_segment(0)
             self._start_segment(last)
+        elif last.reserved_position < last.file_size:
+            # A segment opened from disk (or extended after a crash): make sure its blocks
+            # are allocated before a write through the mapping could fault on a full disk.
+            last.reserve(last.file_size)
         buffer = batch.buffer
         free = last.free_bytes
         if len(buffer) == free or len(buffer) + BLANK_MARKER_SIZE <= free:

@@ -65,6 +65,13 @@ class StoreConfig:
     # Percent above which the oldest segments go even before they expire (RocketMQ's
     # diskSpaceCleanForciblyRatio): a full disk would stop every write.
     disk_space_clean_forcibly_ratio: int = 85
+    # RocketMQ's cleanFileForciblyEnable: false keeps unexpired segments even on a full disk
+    # (writes then stop at disk_space_warning_level_ratio instead of losing old messages).
+    clean_file_forcibly_enable: bool = True
+    # Percent of the volume in use above which every write is refused with
+    # SERVICE_NOT_AVAILABLE (RocketMQ's diskSpaceWarningLevelRatio, 90): the rest is the
+    # reserve that keeps the store's own files (and the system) from running out of room.
+    disk_space_warning_level_ratio: int = 90
     max_message_size: int = MESSAGE_BODY_SIZE_MAX
     message_index_enable: bool = True
     max_hash_slot_num: int = 5_000_000
@@ -126,6 +133,8 @@ class StoreConfig:
         # RocketMQ clamps the ratio into [10, 95]; a value outside is a typo, say so.
         _require_range("disk_max_used_space_ratio", self.disk_max_used_space_ratio, 10, 95)
         _require_range("disk_space_clean_forcibly_ratio", self.disk_space_clean_forcibly_ratio,
+                       10, 99)
+        _require_range("disk_space_warning_level_ratio", self.disk_space_warning_level_ratio,
                        10, 99)
         _require_range("max_message_size", self.max_message_size, 1, 1 << 30)
         _require_range("max_hash_slot_num", self.max_hash_slot_num, 1, 1 << 30)

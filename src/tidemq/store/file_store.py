@@ -34,6 +34,7 @@ from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.config import FlushDiskType, StoreConfig
 from tidemq.store.consume_queue_table import ConsumeQueueTable
+from tidemq.store.disk_space import DiskSpaceGuard
 from tidemq.store.flush import GroupCommitService, PeriodicFlusher
 from tidemq.store.index_file import IndexService
 from tidemq.store.retention import disk_used_ratio
@@ -115,6 +116,7 @@ class FileMessageStore(StoreCore):
             delay_level_ms=self._delay_level_ms,
         )
         self.last_dispatched_timestamp = commit_log.last_store_timestamp
+        self.disk_guard = DiskSpaceGuard(root, config.disk_space_warning_level_ratio)
         create_abort_file(root)
         if config.warm_mapped_file_enable:
             self._allocator = SegmentAllocator(

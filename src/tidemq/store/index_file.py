@@ -26,7 +26,12 @@ it was created, and has a fixed size, so all three parts sit at known offsets. B
 
 Entry n sits at ``40 + max_hash_slot_num * 4 + n * 20``; a file is full when indexCount reaches
 max_index_num, and the next key goes to a new file that starts with the previous file's end
-offset and time. Files are created sparse (truncate, never written with zeros) and mmap'd.
+offset and time. Files are sized sparse (truncate, never written with zeros) and mmap'd, and
+their disk is reserved (``posix_fallocate``) before any page is written through the mapping:
+the header and the slot table (written at random) when the file is created, the entries (written
+in order) ``ENTRY_RESERVE_CHUNK_BYTES`` at a time as they fill. The store asks for room for
+an append's keys before the commit-log write (``IndexService.ensure_room``), so a full disk
+refuses the append instead of faulting (SIGBUS) on a write to an unallocated page.
 There is no checksum: the index is derived data, rebuilt from the commit log.
 
 A message is indexed under ``topic#UNIQ_KEY`` and ``topic#<each KEYS token>``. A batch of
@@ -55,13 +60,12 @@ take the service's lock; a query walks at most ``max_index_num`` entries per fil
 the lock for a bounded time, and ``flush`` waits for the disk outside it (a second lock keeps
 files from closing meanwhile).
 
-Disk full: the files are sparse, so blocks are allocated when a page is first written through
-the mapping; on a full disk that write faults (SIGBUS), as with any mmap'd sparse file. The
-store is expected to stop accepting messages before its volume fills (diskMaxUsedSpaceRatio).
+Disk full: see above; ``StoreFull`` names the file and what could not be reserved.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -76,7 +80,7 @@ from itertools import chain, repeat
 from operator import itemgetter, mod
 from pathlib import Path
 
-from tidemq.errors import StoreError
+from tidemq.errors import StoreError, StoreFull
 from tidemq.protocol.message import java_string_abs_hashes, java_string_hash
 
 log = logging.getLogger(__name__)
@@ -99,6 +103,8 @@ _unpack_slot = _SLOT.unpack_from
 _INT32_MAX = 2**31 - 1
 _INT32_MIN = -(2**31)
 _FILE_NAME = re.compile(r"^[0-9]{17}$")
+# Entries are reserved this many bytes (52,428 entries) at a time as the file fills.
+ENTRY_RESERVE_CHUNK_BYTES = 1 << 20
 
 # A batch reads and writes its slots through a native uint32 view of the slot table (one C
 # call per batch instead of one struct call per key); the file is big-endian, so on a
@@ -150,6 +156,7 @@ class IndexFile:
         "max_hash_slot_num",
         "max_index_num",
         "path",
+        "reserved_end",
     )
 
     def __init__(
@@ -178,6 +185,8 @@ class IndexFile:
         ) = _HEADER.unpack_from(mapped, 0)
         # A file created but never written reads as all zeros; entry numbering starts at 1.
         self.index_count = max(self.index_count, 1)
+        # How far the file's disk is known to be reserved (0: unknown, a file from disk).
+        self.reserved_end = 0
 
     @classmethod
     def create(
@@ -191,14 +200,20 @@ class IndexFile:
     ) -> IndexFile:
         """Create a sparse file that continues where the previous file ended."""
         size = index_file_size(max_hash_slot_num, max_index_num)
+        # Header and slots now (slots are written at random), the first entries too.
+        reserved = min(size, INDEX_HEADER_SIZE + max_hash_slot_num * HASH_SLOT_SIZE
+                       + ENTRY_RESERVE_CHUNK_BYTES)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.ftruncate(fd, size)  # sparse: the OS hands out zero pages on demand
+            os.ftruncate(fd, size)  # sparse beyond what is reserved
+            _reserve(fd, path, 0, reserved)
             mapped = mmap.mmap(fd, size)
         except BaseException:
             os.close(fd)
+            path.unlink(missing_ok=True)
             raise
         index_file = cls(path, fd, mapped, max_hash_slot_num, max_index_num)
+        index_file.reserved_end = reserved
         index_file.begin_physical_offset = index_file.end_physical_offset = end_physical_offset
         index_file.begin_timestamp_ms = index_file.end_timestamp_ms = end_timestamp_ms
         index_file.write_header()
@@ -238,6 +253,25 @@ class IndexFile:
                 f"{self.begin_timestamp_ms}"
             )
         return None
+
+    def room(self) -> int:
+        """How many more entries the file takes."""
+        return self.max_index_num - self.index_count
+
+    def reserve_entries(self, count: int) -> None:
+        """Reserve disk for the next ``count`` entries (at most what the file holds), in
+        ``ENTRY_RESERVE_CHUNK_BYTES`` steps, before they are written.
+
+        Raises:
+            StoreFull: the volume has no room (nothing was written).
+        """
+        end = self._entries_base + (self.index_count + count) * INDEX_ENTRY_SIZE
+        if end <= self.reserved_end:
+            return
+        size = self._entries_base + self.max_index_num * INDEX_ENTRY_SIZE
+        target = min(size, end + ENTRY_RESERVE_CHUNK_BYTES)
+        _reserve(self._fd, self.path, self.reserved_end, target - self.reserved_end)
+        self.reserved_end = target
 
     @property
     def is_full(self) -> bool:
@@ -279,6 +313,8 @@ class IndexFile:
         fit = min(len(key_hashes), start + self.max_index_num - index_count)
         if fit <= start:
             return start
+        # Normally reserved ahead by IndexService.ensure_room; re-dispatch comes here alone.
+        self.reserve_entries(fit - start)
         if index_count <= 1:
             # RocketMQ computes the first entry's timeDiff against the carried-over begin time
             # and then moves begin; setting begin first keeps the first entry's time exact.
@@ -666,6 +702,23 @@ class IndexService:
 
     # -- the hot path ---------------------------------------------------------------------------
 
+    def ensure_room(self, key_count: int) -> None:
+        """Reserve disk for ``key_count`` more keys (creating the next file when the current
+        one is full) before the commit-log append that brings them, so their ``put`` cannot
+        fail or fault on a full disk.
+
+        Raises:
+            StoreFull / StoreError: no room (nothing was indexed or written).
+        """
+        if key_count <= 0:
+            return
+        with self._lock:
+            self._check_open()
+            index_file = self._files[-1] if self._files else None
+            if index_file is None or index_file.is_full:
+                index_file = self._roll(index_file)
+            index_file.reserve_entries(min(key_count, index_file.room()))
+
     def put(
         self, topic: str, keys: Iterable[str], physical_offset: int, store_timestamp_ms: int
     ) -> None:
@@ -807,6 +860,8 @@ class IndexService:
                 end_physical_offset=full_file.end_physical_offset if full_file else 0,
                 end_timestamp_ms=full_file.end_timestamp_ms if full_file else 0,
             )
+        except StoreError:
+            raise
         except OSError as exc:
             raise StoreError(
                 f"cannot create index file {path} "
@@ -867,3 +922,25 @@ class IndexService:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError(f"index service for {self.index_dir} is closed")
+
+
+def _reserve(fd: int, path: Path, start: int, length: int) -> None:
+    """Allocate [start, start + length) of an index file's disk (see the module docstring).
+
+    Raises:
+        StoreFull: no room on the volume.
+        StoreError: another failure; names the file.
+    """
+    if length <= 0:
+        return
+    try:
+        os.posix_fallocate(fd, start, length)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StoreFull(
+                f"no room to reserve {length} bytes for index file {path}: the volume is "
+                "full; free disk space; writes resume by themselves once there is room"
+            ) from exc
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise StoreError(f"cannot reserve space in index file {path}: {exc}") from exc
+        # No fallocate on this file system: the file stays sparse.

@@ -2,8 +2,23 @@
 
 A segment is named by the 20-digit zero-padded offset of its first byte in the log's byte
 space (``00000000001073741824`` is the second 1 GiB commit-log file). It is created at its
-full size up front (``posix_fallocate``, so a full disk fails the roll with ``StoreFull``
-instead of killing the process with SIGBUS on a write to a sparse page) and mapped whole.
+full size up front and mapped whole. Its disk space is *reserved* before a byte of it is
+touched: a page written through a mapping over a hole in the file needs a block at fault
+time, and on a full disk that fault kills the process with SIGBUS. So:
+
+- a commit-log segment is reserved whole at creation (``posix_fallocate``): a full disk fails
+  the roll with ``StoreFull``;
+- a consume-queue segment (``reserve_chunk`` given) is sized sparse and reserved in chunks as
+  it fills (``reserve``): a new queue costs microseconds and a page of disk, not 5.7 MiB, and
+  its owner reserves the next chunk *before* the append that needs it (``StoreFull`` then
+  refuses that append; nothing was written). A chunk is also *warmed*: zeros are written
+  over it with ``os.pwrite``. Why: on ext4 the first write through a mapping to a page never
+  written before (a hole, or an fallocated "unwritten" extent) takes a fault that waits for
+  the journal; measured here on a busy machine, 20 to 45 ms per page, against 8 to 14 us for
+  a pwrite of the same bytes and 7 to 45 us for the mapped write once the page was warmed.
+
+``reserved_position`` says how far the file is known to be reserved; a segment opened from
+disk starts at 0 (unknown) and reserving an already allocated range again is a cheap no-op.
 
 Positions inside a segment:
 - ``write_position``: bytes appended so far; everything after it is zero (or a torn tail that
@@ -22,6 +37,7 @@ slice: the file is unlinked at once and the mapping is closed when the last slic
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import threading
@@ -66,6 +82,8 @@ class MappedFile:
         "last_modified_ms",
         "path",
         "readonly",
+        "reserve_chunk",
+        "reserved_position",
         "write_position",
     )
 
@@ -88,12 +106,21 @@ class MappedFile:
         self.readonly = readonly
         self.last_modified_ms = int(time.time() * 1000)
         self._closed = False
+        # See the module docstring; the in-memory twin needs no disk.
+        self.reserved_position = file_size if path is None else 0
+        self.reserve_chunk = file_size
 
     # -- construction ---------------------------------------------------------------------------
 
     @classmethod
     def create(
-        cls, directory: str, file_from_offset: int, file_size: int, *, exclusive: bool = False
+        cls,
+        directory: str,
+        file_from_offset: int,
+        file_size: int,
+        *,
+        exclusive: bool = False,
+        reserve_chunk: int | None = None,
     ) -> MappedFile:
         """Create the segment file at its full size and map it.
 
@@ -104,19 +131,23 @@ class MappedFile:
         Args:
             exclusive: fail if the segment exists (the background allocator must never map
                 a segment someone else is writing).
+            reserve_chunk: reserve only this many bytes now (and later ones with
+                ``reserve``, in steps of it); None reserves the whole file.
 
         Raises:
             StoreFull: the volume has no room for ``file_size`` bytes.
             StoreError: the file cannot be created or mapped (it names the path and errno).
         """
         path = os.path.join(directory, file_name(file_from_offset))
+        if reserve_chunk is not None and reserve_chunk < file_size and not exclusive:
+            return cls._create_chunked(path, file_from_offset, file_size, reserve_chunk)
         temporary = f"{path}.{os.getpid()}.{threading.get_ident()}{TEMPORARY_SUFFIX}"
         try:
             fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError as e:
             raise StoreError(f"cannot create segment {path}: {e.strerror}") from e
         try:
-            _preallocate(fd, path, file_size)
+            _preallocate(fd, path, 0, file_size)
             mapping = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
             try:
                 if exclusive:
@@ -133,7 +164,37 @@ class MappedFile:
                 os.unlink(temporary)
             raise
         os.close(fd)
-        return cls(path, file_from_offset, file_size, mapping)
+        mapped = cls(path, file_from_offset, file_size, mapping)
+        mapped.reserved_position = file_size
+        return mapped
+
+    @classmethod
+    def _create_chunked(
+        cls, path: str, file_from_offset: int, file_size: int, reserve_chunk: int
+    ) -> MappedFile:
+        # Made in place, sized sparse with one page reserved and warmed: a new consume queue
+        # costs one file creation and a few system calls. A crash before the ftruncate leaves
+        # a short file, which loading extends (the queue is then rebuilt from the log).
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as e:
+            raise StoreError(f"cannot create segment {path}: {e.strerror}") from e
+        reserved = min(PAGE_SIZE, file_size)
+        try:
+            _size_sparse(fd, path, file_size)
+            _preallocate(fd, path, 0, reserved)
+            _warm(fd, path, 0, reserved)
+            mapping = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+        mapped = cls(path, file_from_offset, file_size, mapping)
+        mapped.reserved_position = reserved
+        mapped.reserve_chunk = reserve_chunk
+        return mapped
 
     @classmethod
     def open(cls, path: str, file_size: int, *, readonly: bool = False) -> MappedFile:
@@ -200,6 +261,31 @@ class MappedFile:
         return self.path if self.path is not None else f"memory:{self.name}"
 
     # -- writes ---------------------------------------------------------------------------------
+
+    def reserve(self, end: int) -> None:
+        """Make sure the disk holds blocks for [0, end) before anything there is written:
+        reserve up to ``end`` rounded up to the reserve chunk (at most the file size).
+
+        Raises:
+            StoreFull: the volume has no room (nothing was written; the file is as it was).
+            StoreError: the file cannot be opened to reserve it.
+        """
+        if end <= self.reserved_position or self.path is None:
+            return
+        chunk = self.reserve_chunk
+        target = min(self.file_size, -(-end // chunk) * chunk)
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except OSError as e:
+            raise StoreError(f"cannot open {self.path} to reserve space: {e.strerror}") from e
+        try:
+            _preallocate(fd, self.path, self.reserved_position, target - self.reserved_position)
+            if chunk < self.file_size:
+                # Never over written bytes: only past the write position (module docstring).
+                _warm(fd, self.path, max(self.reserved_position, self.write_position), target)
+        finally:
+            os.close(fd)
+        self.reserved_position = target
 
     def write(self, position: int, data: bytes | bytearray | memoryview) -> None:
         """Copy ``data`` to ``position`` and move the write position past it.
@@ -291,18 +377,44 @@ class MappedFile:
         )
 
 
-def _preallocate(fd: int, path: str, file_size: int) -> None:
+def _size_sparse(fd: int, path: str, file_size: int) -> None:
     try:
-        os.posix_fallocate(fd, 0, file_size)
+        os.ftruncate(fd, file_size)
     except OSError as e:
-        if e.errno == 28:  # ENOSPC
+        raise StoreError(f"cannot size segment {path} to {file_size}: {e.strerror}") from e
+
+
+def _warm(fd: int, path: str, start: int, end: int) -> None:
+    """Write zeros over [start, end) of the file (see the module docstring)."""
+    with memoryview(_ZERO_CHUNK) as zeros:
+        while start < end:
+            step = min(end - start, len(zeros))
+            try:
+                os.pwrite(fd, zeros[:step], start)
+            except OSError as e:
+                raise StoreError(f"cannot write zeros to {path} at {start}: {e}") from e
+            start += step
+
+
+def _preallocate(fd: int, path: str, start: int, length: int) -> None:
+    """Reserve [start, start + length) of the file (and size it to at least its end)."""
+    if length <= 0:
+        return
+    try:
+        os.posix_fallocate(fd, start, length)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise StoreFull(
-                f"no room for a new {file_size}-byte segment {path}; free disk space or lower "
-                "file_reserved_time_hours / disk_max_used_space_ratio so retention deletes more"
+                f"no room to reserve {length} bytes for {path}: the volume is full; free disk "
+                "space (or lower fileReservedTime so retention deletes more); writes resume "
+                "by themselves once there is room"
             ) from e
-        # Some file systems (tmpfs on old kernels, some FUSE mounts) lack fallocate: fall back
-        # to a sparse file of the right size.
+        # Some file systems (some FUSE mounts) lack fallocate: fall back to a sparse file of
+        # the right size (a full disk may then fault a write through the mapping).
         try:
-            os.ftruncate(fd, file_size)
+            if os.fstat(fd).st_size < start + length:
+                os.ftruncate(fd, start + length)
         except OSError as e2:
-            raise StoreError(f"cannot size segment {path} to {file_size}: {e2.strerror}") from e2
+            raise StoreError(
+                f"cannot size segment {path} to {start + length}: {e2.strerror}"
+            ) from e2

@@ -27,10 +27,20 @@ logger = logging.getLogger(__name__)
 class MappedFileQueue:
     """Ordered segments of one log under ``directory`` (None: in memory only)."""
 
-    def __init__(self, directory: str | None, file_size: int, *, readonly: bool = False) -> None:
+    def __init__(
+        self,
+        directory: str | None,
+        file_size: int,
+        *,
+        readonly: bool = False,
+        reserve_chunk: int | None = None,
+    ) -> None:
         self.directory = directory
         self.file_size = file_size
         self.readonly = readonly
+        # Disk is reserved for new segments whole (None) or in chunks of this many bytes
+        # (see MappedFile.reserve).
+        self.reserve_chunk = reserve_chunk
         # (segments, their start offsets), swapped as one object so readers see a whole list.
         self._segments: tuple[tuple[MappedFile, ...], tuple[int, ...]] = ((), ())
         # Where the flush thread got to, as a log offset.
@@ -73,7 +83,10 @@ class MappedFileQueue:
                     continue
                 if extend_short_last and name == names[-1] and size < self.file_size:
                     self._extend_short_segment(path, size)
-            files.append(MappedFile.open(path, self.file_size, readonly=self.readonly))
+            mapped = MappedFile.open(path, self.file_size, readonly=self.readonly)
+            if self.reserve_chunk is not None:
+                mapped.reserve_chunk = min(self.reserve_chunk, self.file_size)
+            files.append(mapped)
         self._set(tuple(files))
         if files:
             self.flushed_where = files[0].file_from_offset
@@ -153,7 +166,9 @@ class MappedFileQueue:
             mapped = MappedFile.anonymous(file_from_offset, self.file_size)
         else:
             os.makedirs(self.directory, exist_ok=True)
-            mapped = MappedFile.create(self.directory, file_from_offset, self.file_size)
+            mapped = MappedFile.create(
+                self.directory, file_from_offset, self.file_size, reserve_chunk=self.reserve_chunk
+            )
         if register:
             self.register(mapped)
         return mapped

@@ -32,6 +32,9 @@ class MemoryIndex:
         """Store time of the newest indexed message; 0 when nothing is indexed."""
         return self._last_timestamp_ms
 
+    def ensure_room(self, key_count: int) -> None:
+        """Nothing to reserve in memory (IndexService reserves disk here)."""
+
     def put(
         self, topic: str, keys: Iterable[str], physical_offset: int, store_timestamp_ms: int
     ) -> None:

@@ -5,7 +5,8 @@ old. Expired segments are deleted
 - during the hours named by ``delete_when`` ("04", "04;16": quiet hours), or
 - at any hour while the store's volume is fuller than ``disk_max_used_space_ratio`` percent.
 Above ``disk_space_clean_forcibly_ratio`` percent the oldest segments go even before they
-expire, since a full disk would stop every write.
+expire, since a full disk would stop every write (unless ``clean_file_forcibly_enable`` is
+false). Above ``disk_space_warning_level_ratio`` writes stop (disk_space.py).
 
 Only a prefix of the log is ever deleted (the log stays contiguous), never the segment being
 written, and at most ``DELETE_FILES_BATCH_MAX`` segments per run so one run does not stall the
@@ -39,6 +40,7 @@ class RetentionPolicy:
     delete_hours: frozenset[int]
     disk_max_used_space_ratio: float
     disk_space_clean_forcibly_ratio: float
+    clean_file_forcibly_enable: bool = True
 
     @classmethod
     def from_config(cls, config: StoreConfig) -> RetentionPolicy:
@@ -48,6 +50,7 @@ class RetentionPolicy:
             delete_hours=config.delete_hours(),
             disk_max_used_space_ratio=config.disk_max_used_space_ratio,
             disk_space_clean_forcibly_ratio=config.disk_space_clean_forcibly_ratio,
+            clean_file_forcibly_enable=config.clean_file_forcibly_enable,
         )
 
     def segments_to_delete(
@@ -62,7 +65,10 @@ class RetentionPolicy:
         """
         in_delete_hour = time.localtime(now_ms / 1000).tm_hour in self.delete_hours
         space_short = disk_used_ratio > self.disk_max_used_space_ratio
-        forced = disk_used_ratio > self.disk_space_clean_forcibly_ratio
+        forced = (
+            self.clean_file_forcibly_enable
+            and disk_used_ratio > self.disk_space_clean_forcibly_ratio
+        )
         if not (in_delete_hour or space_short or forced):
             return 0
         expire_before_ms = now_ms - self.reserved_ms

@@ -45,13 +45,14 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from tidemq.errors import StoreError
+from tidemq.errors import StoreError, StoreFull
 from tidemq.protocol.message import SYSFLAG_TRANSACTION_MASK
 from tidemq.protocol.msgid import encode_offset_msg_id
 from tidemq.store import queue_reads
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.config import SCHEDULE_TOPIC, StoreConfig
 from tidemq.store.consume_queue_table import ConsumeQueueTable
+from tidemq.store.disk_space import DiskSpaceGuard
 from tidemq.store.dispatch import (
     ConsumeQueueDispatcher,
     DispatchBatch,
@@ -120,6 +121,8 @@ class StoreCore(MessageStore):
         self._group_commit: GroupCommitService | None = None
         self._closed = False
         self._not_writable_reason: str | None = None
+        # Refuses writes while the volume is nearly full (file store; disk_space.py).
+        self.disk_guard: DiskSpaceGuard | None = None
         # Store time of the newest dispatched record (the checkpoint's logics time).
         self.last_dispatched_timestamp = 0
         self._replica: CommitLogReplica | None = None
@@ -176,7 +179,7 @@ class StoreCore(MessageStore):
     def _put_queue_group(self, messages: list[StoreMessage]) -> list[PutResult]:
         """Plain (or all committed) messages of one topic, any queues: one append, one
         result per message."""
-        if len(messages) == 1 or self._closed or self._not_writable_reason is not None:
+        if len(messages) == 1 or self._write_refusal() is not None:
             return [self._put((message,)) for message in messages]
         try:
             batch = encode_messages(messages, **self._encoding(), mixed_queues=True)
@@ -204,6 +207,7 @@ class StoreCore(MessageStore):
             try:
                 for queue_id, count in counts.items():
                     queues[queue_id].ensure_room(count)
+                self._ensure_index_room(batch)
                 physical_offsets = self.commit_log.append(
                     batch, 0, 1, store_timestamp, queue_offsets
                 )
@@ -235,7 +239,7 @@ class StoreCore(MessageStore):
         }
 
     def _put(self, messages: list[StoreMessage] | tuple[StoreMessage, ...]) -> PutResult:
-        if self._closed or self._not_writable_reason is not None:
+        if self._write_refusal() is not None:
             return self._unavailable()
         try:
             batch = encode_messages(messages, **self._encoding())
@@ -245,7 +249,7 @@ class StoreCore(MessageStore):
 
     def put_batch(self, batch: MessageBatch, *, msg_ids: bool = True) -> PutResult:
         """Append a batch given in columns (see ``MessageStore.put_batch``)."""
-        if self._closed or self._not_writable_reason is not None:
+        if self._write_refusal() is not None:
             return self._unavailable()
         try:
             encoded = encode_message_batch(batch, **self._encoding())
@@ -270,6 +274,7 @@ class StoreCore(MessageStore):
             try:
                 if queue is not None:
                     queue.ensure_room(count)
+                self._ensure_index_room(batch)
                 physical_offsets = self.commit_log.append(
                     batch, queue_offset, 1 if queued else 0, store_timestamp
                 )
@@ -292,8 +297,23 @@ class StoreCore(MessageStore):
             durable=durable,
         )
 
+    def _ensure_index_room(self, batch: EncodedBatch) -> None:
+        # Under the append lock, before the commit-log write: reserve the index's disk for
+        # the batch's keys (index_file.py), so dispatching them cannot fail on a full disk.
+        index = self.index
+        keys = batch.keys
+        if index is not None and keys is not None and batch.indexed:
+            index.ensure_room(sum(map(len, keys)))
+
     def _append_failed(self, batch: EncodedBatch, log_end: int, error: StoreError) -> PutResult:
         # Called under the append lock when the commit-log append raised.
+        if isinstance(error, StoreFull) and self.commit_log.max_offset() == log_end:
+            # Nothing was written: refuse this and the next writes until there is room.
+            remark = str(error)
+            if self.disk_guard is not None:
+                remark = self.disk_guard.note_full(remark)
+            logger.warning("append to %s/%d refused: %s", batch.topic, batch.queue_id, remark)
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark)
         logger.error("append to %s/%d failed: %s", batch.topic, batch.queue_id, error)
         if self.commit_log.max_offset() != log_end:
             # Part of the batch is in the log (a write failed after a segment roll): its
@@ -353,8 +373,18 @@ class StoreCore(MessageStore):
                 # A listener's bug must not fail an append that already happened.
                 logger.exception("dispatch listener %r failed", listener)
 
+    def _write_refusal(self) -> str | None:
+        """Why the store takes no write now, or None: closed, stopped after a failure, or
+        its volume too full (the last one passes by itself)."""
+        if self._closed:
+            return "the store is closed"
+        if self._not_writable_reason is not None:
+            return self._not_writable_reason
+        guard = self.disk_guard
+        return guard.refusal() if guard is not None else None
+
     def _unavailable(self) -> PutResult:
-        reason = "the store is closed" if self._closed else self._not_writable_reason
+        reason = self._write_refusal() or "the store is not writable"
         return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, f"cannot append: {reason}")
 
     def add_dispatch_listener(self, listener: DispatchListener) -> None:
