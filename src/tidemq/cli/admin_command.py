@@ -19,6 +19,7 @@ from tidemq.cli.admin import (  # noqa: F401  (each import registers that module
     groups,
     messages,
     topics,
+    traces,
 )
 from tidemq.cli.admin.base import admin
 

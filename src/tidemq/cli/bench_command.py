@@ -59,6 +59,8 @@ class Summary:
     latency_ms_p99: float | None = None
     latency_ms_p999: float | None = None
     first_error: str | None = None
+    # with --trace: trace records written / failed / dropped (counted after close)
+    trace_records: dict[str, int] | None = None
     machine: dict[str, object] = field(default_factory=lambda: {
         "python": platform.python_version(), "platform": platform.platform(),
         "cpus": os.cpu_count(),
@@ -119,11 +121,14 @@ class _Progress:
 
 async def run_produce(namesrv: str, topic: str, size: int, batch: int, concurrency: int,
                       count: int | None, seconds: float | None, group: str,
-                      show_progress: bool, rate: float | None = None) -> Summary:
+                      show_progress: bool, rate: float | None = None,
+                      trace: bool = False) -> Summary:
     """Run the produce benchmark and return its summary (see the module docstring).
 
     With ``rate`` (messages per second) requests are paced to that rate over all workers
-    instead of sent as fast as possible: the way to measure latency at a given load.
+    instead of sent as fast as possible: the way to measure latency at a given load. With
+    ``trace`` the producer writes message traces (and the summary says how many records
+    were written, failed or dropped, counted after the producer closed).
     """
     summary = Summary("produce", topic, size, batch, concurrency)
     body = (os.urandom(64) * (size // 64 + 1))[:size]
@@ -131,7 +136,8 @@ async def run_produce(namesrv: str, topic: str, size: int, batch: int, concurren
     done = [0]  # messages acknowledged
     claimed = [0]  # messages handed to workers (bounds --count exactly)
     per_request = max(1, batch)
-    async with Producer(group, namesrv) as producer:
+    producer = Producer(group, namesrv, enable_msg_trace=trace)
+    async with producer:
         # Warm-up: the first send learns the route (auto-creating the topic if allowed).
         await producer.send(Message(topic, body))
         started = time.perf_counter()
@@ -182,6 +188,10 @@ async def run_produce(namesrv: str, topic: str, size: int, batch: int, concurren
             await asyncio.gather(follower, return_exceptions=True)
         summary.seconds = time.perf_counter() - started
     summary.messages = done[0]
+    if producer.tracer is not None:
+        dispatcher = producer.tracer.dispatcher
+        summary.trace_records = {"written": dispatcher.sent, "failed": dispatcher.failed,
+                                 "dropped": dispatcher.dropped}
     return _finish(summary, latencies_ms, done[0] * size)
 
 
@@ -256,6 +266,9 @@ def _report(summary: Summary, as_json: bool) -> None:
         ("latency p99", ms(summary.latency_ms_p99)),
         ("latency p999", ms(summary.latency_ms_p999)),
     ]
+    if summary.trace_records is not None:
+        rows.append(("trace records", ", ".join(
+            f"{value:,} {name}" for name, value in summary.trace_records.items())))
     for name, value in rows:
         table.add_row(name, value)
     Console().print(table)
@@ -283,15 +296,17 @@ def bench() -> None:
 @click.option("-g", "--group", default="BENCH_PRODUCER", show_default=True)
 @click.option("--rate", type=click.FloatRange(min=0, min_open=True),
               help="Offer this many messages per second instead of as many as possible.")
+@click.option("--trace", is_flag=True,
+              help="Write message traces to RMQ_SYS_TRACE_TOPIC (enable_msg_trace).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON line.")
 def produce(namesrv: str, topic: str, size: int, batch: int, concurrency: int,
             count: int | None, seconds: float | None, group: str, rate: float | None,
-            as_json: bool) -> None:
+            trace: bool, as_json: bool) -> None:
     """Send messages as fast as the cluster takes them (or at --rate)."""
     _check_bounds(count, seconds)
     try:
         summary = run_on_loop(run_produce(namesrv, topic, size, batch, concurrency, count,
-                                          seconds, group, not as_json, rate))
+                                          seconds, group, not as_json, rate, trace))
     except (TidemqError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     _report(summary, as_json)

@@ -25,6 +25,7 @@ asynchronous path (RocketMQ's sendAsync), limited only by the caller.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import time
@@ -57,6 +58,9 @@ from tidemq.client.queue_selection import (
     select_by_sharding_key,
 )
 from tidemq.client.route import TopicRouteData
+from tidemq.client.trace_data import TRACE_PRODUCER_GROUP, TRACE_TOPIC_DEFAULT
+from tidemq.client.trace_dispatcher import TRACE_BODY_BYTES_MAX, TraceDispatcher
+from tidemq.client.tracer import Tracer
 from tidemq.errors import RemoteProtocolError
 from tidemq.limits import MESSAGE_BODY_SIZE_MAX, group_name_problem
 from tidemq.protocol.codes import RequestCode, ResponseCode
@@ -124,6 +128,12 @@ class Producer(ClientLifecycle):
         request_timeout_ms: timeout of name-server and other non-send requests.
         poll_name_server_interval_ms: how often cached routes are refreshed.
         heartbeat_broker_interval_ms: how often the group is announced to every master.
+        enable_msg_trace: write a Pub trace record of every message sent (and EndTransaction
+            records of a TransactionProducer) to the trace topic, in the background
+            (RocketMQ's enableMsgTrace; see docs/monitoring.md). A send never waits for, or
+            fails because of, its trace.
+        trace_topic: the trace topic (RocketMQ's customizedTraceTopic); default
+            RMQ_SYS_TRACE_TOPIC.
 
     Raises:
         ValueError: a bad group name or name server address.
@@ -145,6 +155,8 @@ class Producer(ClientLifecycle):
         request_timeout_ms: int = REQUEST_TIMEOUT_MS,
         poll_name_server_interval_ms: int = POLL_NAME_SERVER_INTERVAL_MS,
         heartbeat_broker_interval_ms: int = HEARTBEAT_BROKER_INTERVAL_MS,
+        enable_msg_trace: bool = False,
+        trace_topic: str | None = None,
     ):
         problem = group_name_problem(group)
         if problem is not None:
@@ -174,6 +186,12 @@ class Producer(ClientLifecycle):
         self._valid_topics: set[str] = set()
         self._default_topic_queue_nums_text = str(default_topic_queue_nums)
         self._client_name = f"producer {group!r}"
+        namesrv_addresses = self._instance.namesrv_addresses
+        self.tracer: Tracer | None = (
+            Tracer(new_trace_dispatcher(namesrv_addresses, trace_topic), group,
+                   self._instance.client_id)
+            if enable_msg_trace else None
+        )
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -191,13 +209,18 @@ class Producer(ClientLifecycle):
         if not self._begin_start():
             return
         await self._instance.start()
+        if self.tracer is not None:
+            self.tracer.dispatcher.start()
         self._state = "running"
 
     async def close(self) -> None:
-        """Unregister from the brokers and close all connections. Idempotent."""
+        """Write the trace records still buffered (if tracing), unregister from the brokers
+        and close all connections. Idempotent."""
         was_running = self._begin_close()
         if was_running is None:
             return
+        if self.tracer is not None:
+            await self.tracer.dispatcher.close()
         if was_running:
             await leave_quietly(self._instance, producer_group=self.group)
         await self._instance.close()
@@ -260,10 +283,19 @@ class Producer(ClientLifecycle):
             "i": properties_text,
             **retry_fields,
         }
-        return await self._send_request(
+        if self.tracer is None:
+            return await self._send_request(
+                RequestCode.SEND_MESSAGE_V2, topic, fields, body, unique_key, message,
+                sharding_key, queue, selector, timeout_ms,
+            )
+        started_ms = time.time_ns() // 1_000_000
+        result = await self._send_request(
             RequestCode.SEND_MESSAGE_V2, topic, fields, body, unique_key, message,
             sharding_key, queue, selector, timeout_ms,
         )
+        self.tracer.sent((message,), result, started_ms,
+                         self._instance.master_address(result.queue.broker_name))
+        return result
 
     async def send_batch(
         self,
@@ -294,7 +326,10 @@ class Producer(ClientLifecycle):
         topic = check_batch(messages, self.max_message_size)
         chunks = split_batch(messages, new_unique_key, self.max_message_size)
         results: list[SendResult] = []
+        tracer = self.tracer
+        first = 0  # index in messages of the chunk's first message
         for chunk in chunks:
+            started_ms = time.time_ns() // 1_000_000
             fields = {
                 "a": self.group,
                 "b": topic,
@@ -315,6 +350,10 @@ class Producer(ClientLifecycle):
                 e.sent = results  # type: ignore[attr-defined]
                 raise
             results.append(result)
+            if tracer is not None:
+                tracer.sent(messages[first:first + chunk.message_count], result, started_ms,
+                            self._instance.master_address(result.queue.broker_name))
+            first += chunk.message_count
         return results
 
     async def send_oneway(
@@ -535,6 +574,42 @@ class Producer(ClientLifecycle):
 
     def _heartbeat_data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return [{"groupName": self.group}], []
+
+
+def new_trace_dispatcher(namesrv: str | Iterable[str], topic: str | None) -> TraceDispatcher:
+    """A dispatcher writing to ``topic`` (default RMQ_SYS_TRACE_TOPIC) through a producer of
+    its own (group ``_INNER_TRACE_PRODUCER``), started at its first write so that a
+    missing name server delays traces, never the traced client's start."""
+    sender = _TraceSender(Producer(
+        TRACE_PRODUCER_GROUP, namesrv,
+        instance_name=f"tidemq-trace-{os.getpid()}-{next(_trace_producers)}",
+        # Trace text compresses well, but zlib on 100 KiB bodies would cost the traced
+        # client more CPU than making the records.
+        compress_over_bytes=TRACE_BODY_BYTES_MAX + 1,
+        retry_times_when_send_failed=0,
+    ))
+    return TraceDispatcher(topic or TRACE_TOPIC_DEFAULT, sender.send, sender.producer.close)
+
+
+class _TraceSender:
+    """Sends trace messages with a producer started by the first send (one start however
+    many sends wait for it; a failed start is tried again by the next send)."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+        self._starting: asyncio.Future[None] | None = None
+
+    async def send(self, topic: str, body: bytes, keys: list[str]) -> None:
+        if self.producer.state != "running":
+            starting = self._starting
+            if starting is None or (starting.done() and (starting.cancelled()
+                                                         or starting.exception() is not None)):
+                self._starting = asyncio.ensure_future(self.producer.start())
+            await asyncio.shield(self._starting)
+        await self.producer.send(Message(topic, body, keys=keys))
+
+
+_trace_producers = itertools.count()
 
 
 def _retry_header_fields(properties: dict[str, str]) -> dict[str, str]:

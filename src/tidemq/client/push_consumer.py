@@ -89,7 +89,7 @@ from tidemq.client.offset_store import (
     local_offset_file,
 )
 from tidemq.client.process_queue import ProcessQueue
-from tidemq.client.producer import Producer, default_namesrv
+from tidemq.client.producer import Producer, default_namesrv, new_trace_dispatcher
 from tidemq.client.pull_consumer import (
     CONSUME_TIMESTAMP_AGO_MS,
     ConsumeFrom,
@@ -106,6 +106,7 @@ from tidemq.client.subscription import (
     parse_subscription,
     parse_tag_expression,
 )
+from tidemq.client.tracer import Tracer, TracingInvoker
 from tidemq.errors import InvalidTopicName, TidemqError
 from tidemq.limits import group_name_problem, topic_name_problem
 from tidemq.protocol.codes import RequestCode
@@ -186,6 +187,10 @@ class PushConsumer(ClientLifecycle):
         instance_name: part of the client id (default ``<pid>#<nanoTime>``).
         request_timeout_ms, poll_name_server_interval_ms, heartbeat_broker_interval_ms: as
             for ``Producer``.
+        enable_msg_trace: write SubBefore and SubAfter trace records around every listener
+            call (who consumed which message, when, how long, with what outcome), in the
+            background (RocketMQ's enableMsgTrace; docs/monitoring.md).
+        trace_topic: the trace topic; default RMQ_SYS_TRACE_TOPIC.
 
     Raises:
         ValueError: a bad group name, name server address or option.
@@ -219,6 +224,8 @@ class PushConsumer(ClientLifecycle):
         request_timeout_ms: int = REQUEST_TIMEOUT_MS,
         poll_name_server_interval_ms: int = POLL_NAME_SERVER_INTERVAL_MS,
         heartbeat_broker_interval_ms: int = HEARTBEAT_BROKER_INTERVAL_MS,
+        enable_msg_trace: bool = False,
+        trace_topic: str | None = None,
     ):
         problem = group_name_problem(group)
         if problem is not None:
@@ -295,6 +302,11 @@ class PushConsumer(ClientLifecycle):
                                             self._rebalance.rebalance)
         self._client_name = f"consumer {group!r}"
         self.start_timestamp_ms = 0  # wall-clock ms of start(), for running-info reports
+        self.tracer: Tracer | None = (
+            Tracer(new_trace_dispatcher(self.instance.namesrv_addresses, trace_topic), group,
+                   self.instance.client_id)
+            if enable_msg_trace else None
+        )
 
     # -- what to consume, and how ------------------------------------------------------------
 
@@ -442,11 +454,14 @@ class PushConsumer(ClientLifecycle):
 
     def _build_consume_service(self, listener: Listener
                                ) -> ConcurrentConsumeService | OrderlyConsumeService:
-        invoker = ListenerInvoker(listener, None, self.group)
+        invoker: ListenerInvoker | TracingInvoker = ListenerInvoker(listener, None, self.group)
         if self.listener_threads and not invoker.coroutine:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 max_workers=self.consume_concurrency, thread_name_prefix=f"tidemq-{self.group}")
             invoker = ListenerInvoker(listener, self._executor, self.group)
+        if self.tracer is not None:
+            self.tracer.dispatcher.start()
+            invoker = TracingInvoker(invoker, self.tracer)
         settings = ConsumeSettings(
             group=self.group,
             batch_size=self.consume_message_batch_max_size,
@@ -475,6 +490,8 @@ class PushConsumer(ClientLifecycle):
                 await self._shut_down()
         finally:
             self._closed()
+            if self.tracer is not None:
+                await self.tracer.dispatcher.close()
             await self._send_back.close()
             await self.instance.close()
             if self._executor is not None:

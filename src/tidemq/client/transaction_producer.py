@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidemq.client.errors import BrokerRejected, NoRouteError
-from tidemq.client.message import Message, SendResult, SendStatus
+from tidemq.client.message import Message, MessageQueue, SendResult, SendStatus
 from tidemq.client.producer import Producer
 from tidemq.errors import ClientError, HeaderFieldError, ProtocolError
 from tidemq.protocol.codes import RequestCode, ResponseCode
@@ -56,6 +56,7 @@ from tidemq.protocol.headers import CheckTransactionStateRequestHeader, EndTrans
 from tidemq.protocol.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_TRANSACTION_ID,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -236,7 +237,7 @@ class TransactionProducer(Producer):
                 state = await _settle(local_tx(message))
             except Exception as exc:
                 state, error = TransactionState.UNKNOWN, exc
-        await self._end_quietly(result, state, error_remark(error))
+        await self._end_quietly(result, state, error_remark(error), message)
         if error is not None:
             raise error
         return transaction_result(result, state)
@@ -272,6 +273,7 @@ class TransactionProducer(Producer):
         *,
         remark: str | None = None,
         wait: bool = False,
+        message: Message | None = None,
     ) -> None:
         """Step 3: tell the broker holding the half of ``result`` to commit or roll it back.
 
@@ -282,6 +284,8 @@ class TransactionProducer(Producer):
             wait: False sends oneway, as RocketMQ clients do; True waits for the broker's
                 answer and raises BrokerRejected when it refused (e.g. the half was already
                 rolled back, or discarded after its checks).
+            message: the half's message, only for its trace record's tags and keys (with
+                ``enable_msg_trace``).
 
         Raises:
             RemotingError: the request could not be written (or, with ``wait``, answered).
@@ -311,19 +315,28 @@ class TransactionProducer(Producer):
         remoting = self._instance.remoting
         if not wait:
             await remoting.invoke_oneway(address, request, self.send_timeout_ms)
+            self._trace_end(result, state, False, address, message)
             return
         response = await remoting.invoke(address, request, self.send_timeout_ms)
+        self._trace_end(result, state, False, address, message)
         if response.code != ResponseCode.SUCCESS:
             raise BrokerRejected(
                 f"end of transaction {header.transaction_id} ({state.name.lower()})",
                 response.code, response.remark, f"{broker_name} ({address})", retriable=False,
             )
 
+    def _trace_end(self, result: SendResult, state: TransactionState, from_check: bool,
+                   address: str | None, message: Message | MessageExt | None) -> None:
+        if self.tracer is not None:
+            self.tracer.end_transaction(result, state.value, from_check=from_check,
+                                        store_host=address, message=message)
+
     async def _end_quietly(
-        self, result: SendResult, state: TransactionState, remark: str | None
+        self, result: SendResult, state: TransactionState, remark: str | None,
+        message: Message | None = None,
     ) -> None:
         try:
-            await self.end_transaction(result, state, remark=remark)
+            await self.end_transaction(result, state, remark=remark, message=message)
         except (ClientError, RemotingError, ProtocolError) as exc:
             log.warning(
                 "transaction %s ended %s locally, but telling broker %s failed (%s); the "
@@ -380,5 +393,19 @@ class TransactionProducer(Producer):
         except (RemotingError, ProtocolError) as exc:
             log.warning("answer to the check of transaction %s could not be sent to %s: %s",
                         header.transaction_id, connection.remote_address, exc)
+            return None
+        if self.tracer is not None:
+            self._trace_end(_checked_result(message, answer.msg_id, header.transaction_id),
+                            state, True, connection.remote_address, message)
         return None
 
+
+def _checked_result(message: MessageExt, msg_id: str, transaction_id: str | None
+                    ) -> SendResult:
+    """A SendResult-shaped view of a checked half, for its EndTransaction trace record."""
+    topic = message.properties.get(PROPERTY_REAL_TOPIC) or message.topic
+    return SendResult(
+        status=SendStatus.SEND_OK, msg_id=msg_id, offset_msg_id=message.offset_msg_id,
+        queue=MessageQueue(topic, message.broker_name, message.queue_id),
+        queue_offset=message.queue_offset, transaction_id=transaction_id,
+    )
