@@ -15,7 +15,12 @@ the validator, the ``.bak`` copy is used and a WARNING names both files; when bo
 :class:`~tidemq.errors.ConfigFileCorrupt` says which files and what to do. A ``.tmp`` left by
 a crash is ignored and overwritten by the next save.
 
-Not thread-safe: one owner saves a given file (the broker's persist task).
+One writer at a time: saves of one ``ConfigFile`` are serialized by a lock, since the broker
+saves from worker threads (``asyncio.to_thread``) and a periodic save may still run when the
+final one at shutdown starts; both would otherwise write the same ``.tmp`` (one rename then
+fails, or a mix of the two is renamed into place). A save may carry the table ``version`` its
+bytes hold: a save older than one already written is skipped, so a periodic save that loses
+the race to the final save cannot put older offsets back.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import contextlib
 import errno
 import logging
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -67,6 +73,8 @@ class ConfigFile:
         # Set when the last load found the main file corrupt: the next save must not copy
         # that corrupt file over the good .bak it was loaded from.
         self._main_is_corrupt = False
+        self._save_lock = threading.Lock()
+        self._saved_version: int | None = None  # the newest version a save wrote
 
     # -- loading --------------------------------------------------------------------------------
 
@@ -142,13 +150,35 @@ class ConfigFile:
 
     # -- saving ---------------------------------------------------------------------------------
 
-    def save(self, data: bytes) -> None:
+    def save(self, data: bytes, *, version: int | None = None) -> bool:
         """Replace the file's content atomically, keeping the previous content as ``.bak``.
+
+        Safe to call from several threads: saves run one at a time.
+
+        Args:
+            data: the new content.
+            version: the table version ``data`` holds (it only grows). When a save of a
+                newer version already wrote the file, this one is skipped.
+
+        Returns:
+            True when written; False when skipped as older than what the file holds.
 
         Raises:
             StoreFull: the disk has no room (ENOSPC, EDQUOT); the old file is intact.
             StoreError: any other I/O failure, naming the file; the old file is intact.
         """
+        with self._save_lock:
+            if (version is not None and self._saved_version is not None
+                    and version < self._saved_version):
+                log.debug("skipped saving version %d of %s: version %d is already written",
+                          version, self.path, self._saved_version)
+                return False
+            self._save_locked(data)
+            if version is not None:
+                self._saved_version = version
+            return True
+
+    def _save_locked(self, data: bytes) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _write_synced(self.temp_path, data)
@@ -173,9 +203,10 @@ class ConfigFile:
             raise StoreError(f"cannot save config file {self.path}: {exc}") from exc
         self._main_is_corrupt = False
 
-    def save_json(self, obj: Any) -> None:
-        """Save ``obj`` as pretty-printed JSON (keys sorted, integer keys quoted)."""
-        self.save(jsonx.dumps(obj, pretty=True))
+    def save_json(self, obj: Any, *, version: int | None = None) -> bool:
+        """Save ``obj`` as pretty-printed JSON (keys sorted, integer keys quoted); ``version``
+        and the result as for :meth:`save`."""
+        return self.save(jsonx.dumps(obj, pretty=True), version=version)
 
 
 def _describe(exc: BaseException) -> str:

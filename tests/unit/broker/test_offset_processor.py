@@ -218,3 +218,53 @@ def test_deleting_a_topic_forgets_its_offsets(setup):
     broker.delete_topic(TOPIC)
     assert broker.consumer_offset_manager.query_offset(GROUP, TOPIC, 0) is None
     assert ask(query_request()).ext_fields == {"offset": "0"}
+
+
+def test_stopping_while_a_periodic_offset_save_runs_keeps_the_newest_offsets(
+        make_broker, handlers, tmp_path, monkeypatch, caplog):
+    """Shutdown's final save waits for a periodic save still writing in its worker thread
+    (both use consumerOffset.json.tmp) and the file ends with the offsets of the last commit."""
+    import os
+    import threading
+
+    root = tmp_path / "store"
+    broker = make_broker(root=root, flush_consumer_offset_interval_ms=10)
+    offsets_file = root / "config" / "consumerOffset.json"
+    real_open, real_write = os.open, os.write
+    temp_fds: set[int] = set()
+    parked, release = threading.Event(), threading.Event()
+
+    def open_noting_temp(path, flags, mode=0o777, **kwargs):
+        fd = real_open(path, flags, mode, **kwargs)
+        if str(path).endswith("consumerOffset.json.tmp"):
+            temp_fds.add(fd)
+        return fd
+
+    def write_parking_the_first_offset_save(fd, data):
+        if fd in temp_fds and not parked.is_set():
+            parked.set()  # the periodic save has opened its .tmp and not written it yet
+            release.wait(WAIT_BOUND_S)
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "open", open_noting_temp)
+    monkeypatch.setattr(os, "write", write_parking_the_first_offset_save)
+
+    async def main():
+        await broker.start()
+        handler_table = handlers(broker)
+        await handler_table.ask(update_request(5))
+        async with asyncio.timeout(WAIT_BOUND_S):
+            while not parked.is_set():
+                await asyncio.sleep(0.005)
+        await handler_table.ask(update_request(7))  # newer than what the parked save holds
+        stopping = asyncio.ensure_future(broker.shutdown(grace_s=1.0))
+        for _ in range(20):  # let shutdown reach its final save before the periodic one ends
+            await asyncio.sleep(0.005)
+        release.set()
+        await stopping
+
+    asyncio.run(main())
+    saved = orjson.loads(offsets_file.read_bytes())
+    assert saved["offsetTable"][f"{TOPIC}@{GROUP}"] == {"0": 7}
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+    assert not offsets_file.with_name("consumerOffset.json.tmp").exists()

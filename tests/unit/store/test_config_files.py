@@ -177,3 +177,63 @@ def test_other_io_errors_during_save_raise_store_error(tmp_path):
     blocker.write_bytes(b"a file where the directory should be")
     with pytest.raises(StoreError, match="cannot save config file"):
         ConfigFile(blocker / "topics.json").save(b"x")
+
+
+def _fsync_that_parks_the_first_caller(monkeypatch):
+    """os.fsync that blocks the first thread calling it (a save inside its .tmp write) until
+    ``release`` is set; returns (parked, release) events."""
+    import threading
+
+    real_fsync = os.fsync
+    parked, release = threading.Event(), threading.Event()
+    first = threading.Lock()
+
+    def fsync(fd):
+        if first.acquire(blocking=False):
+            parked.set()
+            release.wait(10)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return parked, release
+
+
+def test_saves_from_two_threads_run_one_at_a_time(path, monkeypatch):
+    import threading
+
+    config = ConfigFile(path)
+    config.save(b"v0")
+    parked, release = _fsync_that_parks_the_first_caller(monkeypatch)
+    errors: list[BaseException] = []
+
+    def save(data: bytes) -> None:
+        try:
+            config.save(data)
+        except BaseException as exc:  # the test reports any failure
+            errors.append(exc)
+
+    slow = threading.Thread(target=save, args=(b"periodic",))
+    slow.start()
+    assert parked.wait(10)
+    final = threading.Thread(target=save, args=(b"final",))
+    final.start()
+    # The second save must wait for the first instead of writing the same .tmp meanwhile.
+    final.join(0.2)
+    assert final.is_alive()
+    release.set()
+    slow.join(10)
+    final.join(10)
+    assert errors == []
+    assert path.read_bytes() == b"final"
+    assert path.with_name("topics.json.bak").read_bytes() == b"periodic"
+    assert not path.with_name("topics.json.tmp").exists()
+
+
+def test_a_save_older_than_the_written_version_is_skipped(path):
+    config = ConfigFile(path)
+    assert config.save(b"v5", version=5)
+    assert not config.save(b"v4", version=4)
+    assert path.read_bytes() == b"v5"
+    assert config.save(b"v5 again", version=5)
+    assert config.save_json({"v": 6}, version=6)
+    assert orjson.loads(path.read_bytes()) == {"v": 6}
