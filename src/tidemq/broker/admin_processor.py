@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from tidemq.broker.client_admin import ClientAdmin
 from tidemq.broker.config import (
     TOPIC_QUEUE_NUMS_MAX,
-    BrokerRole,
+    BrokerConfig,
     config_properties,
     properties_text,
 )
@@ -58,9 +58,18 @@ from tidemq.store.config_tables import SubscriptionGroupConfig
 from tidemq.store.interface import GetStatus
 
 if TYPE_CHECKING:
-    from tidemq.broker.controller import BrokerController
+    from tidemq.broker.consumer_offset_manager import ConsumerOffsetManager
+    from tidemq.broker.identity import BrokerIdentity
+    from tidemq.broker.namesrv_registration import NameServerRegistration
+    from tidemq.broker.role import ReplicationRole
+    from tidemq.broker.runtime_info import BrokerStats
+    from tidemq.broker.schedule_service import ScheduleMessageService
+    from tidemq.broker.subscription_group_manager import SubscriptionGroupManager
+    from tidemq.broker.topic_config_manager import TopicConfigManager
     from tidemq.remoting.connection import Connection
     from tidemq.remoting.server import RemotingServer
+    from tidemq.store.config import StoreConfig
+    from tidemq.store.interface import MessageStore
 
 log = logging.getLogger("tidemq.broker")
 
@@ -75,11 +84,48 @@ AdminHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand]]
 
 
 class AdminProcessor:
-    """Serves the admin request codes of one broker; the server's default processor."""
+    """Serves the admin request codes of one broker; the server's default processor.
 
-    def __init__(self, broker: BrokerController) -> None:
-        self._broker = broker
-        clients = ClientAdmin(broker)
+    Args:
+        config, store_config: the settings (GET_BROKER_CONFIG, remarks).
+        store: queue offsets and store times; topics' consume queues are deleted in it.
+        identity: the broker's address (remarks).
+        role: a slave refuses topic creation.
+        stats: GET_BROKER_RUNTIME_INFO's counters.
+        topics, groups, offsets: the tables the admin requests read and change.
+        schedule: GET_ALL_DELAY_OFFSET's delayOffset.json.
+        registration: a created topic is registered with the name servers before answering.
+        client_admin: the requests answered by asking the group's consumers.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        store_config: StoreConfig,
+        store: MessageStore,
+        identity: BrokerIdentity,
+        role: ReplicationRole,
+        stats: BrokerStats,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+        schedule: ScheduleMessageService,
+        registration: NameServerRegistration,
+        client_admin: ClientAdmin,
+    ) -> None:
+        self._config = config
+        self._store_config = store_config
+        self._store = store
+        self._identity = identity
+        self._role = role
+        self._stats = stats
+        self._topics = topics
+        self._groups = groups
+        self._offsets = offsets
+        self._schedule = schedule
+        self._registration = registration
+        clients = client_admin
         self._handlers: dict[int, AdminHandler] = {
             RequestCode.UPDATE_AND_CREATE_TOPIC: self._update_and_create_topic,
             RequestCode.DELETE_TOPIC_IN_BROKER: self._delete_topic,
@@ -125,7 +171,6 @@ class AdminProcessor:
 
     async def _update_and_create_topic(self, request: RemotingCommand) -> RemotingCommand:
         header = CreateTopicRequestHeader.from_ext_fields(request.ext_fields)
-        broker = self._broker
         topic = header.topic
         problem = (
             topic_name_problem(topic)
@@ -140,9 +185,9 @@ class AdminProcessor:
                 f"topicFilterType {header.topic_filter_type!r} is not one of "
                 f"{', '.join(TOPIC_FILTER_TYPES)}"
             )
-        if problem is None and broker.config.broker_role is BrokerRole.SLAVE:
+        if problem is None and self._role.is_slave:
             problem = (
-                f"broker {broker.config.broker_name} at {broker.broker_address} is a slave; "
+                f"broker {self._config.broker_name} at {self._identity.address} is a slave; "
                 "create topics on its master"
             )
         if problem is not None:
@@ -156,9 +201,9 @@ class AdminProcessor:
             topic_sys_flag=header.topic_sys_flag or 0,
             order=header.order,
         )
-        broker.topic_config_manager.update(topic_config)
+        self._topics.update(topic_config)
         log.info("topic %s created or updated by an admin request: %s", topic, topic_config)
-        await broker.register_with_name_servers()
+        await self._registration.register_all()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def _delete_topic(self, request: RemotingCommand) -> RemotingCommand:
@@ -167,25 +212,27 @@ class AdminProcessor:
         problem = topic_name_problem(topic) or self._system_topic_problem(topic, "deleted")
         if problem is not None:
             return _error(request, ResponseCode.SYSTEM_ERROR, f"cannot delete topic: {problem}")
-        self._broker.delete_topic(topic)
+        self._topics.delete(topic)
+        self._store.delete_topic(topic)
+        self._offsets.remove_topic(topic)
+        log.info("topic %s deleted from broker %s", topic, self._config.broker_name)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def _get_all_topic_config(self, request: RemotingCommand) -> RemotingCommand:
-        body = self._broker.topic_config_manager.to_json()
+        body = self._topics.to_json()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def _get_topic_stats_info(self, request: RemotingCommand) -> RemotingCommand:
         header = GetTopicStatsInfoRequestHeader.from_ext_fields(request.ext_fields)
-        broker = self._broker
         topic = header.topic
-        topic_config = broker.topic_config_manager.get(topic)
+        topic_config = self._topics.get(topic)
         if topic_config is None:
             return _error(
                 request,
                 ResponseCode.TOPIC_NOT_EXIST,
-                f"topic {topic} does not exist on broker {broker.config.broker_name}",
+                f"topic {topic} does not exist on broker {self._config.broker_name}",
             )
-        store = broker.store
+        store = self._store
         offset_table: dict[Any, dict[str, int]] = {}
         for queue_id in range(topic_config.write_queue_nums):
             min_offset = max(store.min_offset(topic, queue_id), 0)
@@ -203,17 +250,16 @@ class AdminProcessor:
 
     async def _get_consume_stats(self, request: RemotingCommand) -> RemotingCommand:
         header = GetConsumeStatsRequestHeader.from_ext_fields(request.ext_fields)
-        broker = self._broker
         group = header.consumer_group
-        offsets = broker.consumer_offset_manager
+        offsets = self._offsets
         topics = [header.topic] if header.topic else sorted(offsets.topics_of_group(group))
         offset_table: dict[Any, dict[str, int]] = {}
         for topic in topics:
-            topic_config = broker.topic_config_manager.get(topic)
+            topic_config = self._topics.get(topic)
             if topic_config is None:
                 continue
             for queue_id in range(topic_config.write_queue_nums):
-                broker_offset = max(broker.store.max_offset(topic, queue_id), 0)
+                broker_offset = max(self._store.max_offset(topic, queue_id), 0)
                 consumer_offset = offsets.query_offset(group, topic, queue_id)
                 if consumer_offset is None or consumer_offset < 0:
                     consumer_offset = 0
@@ -227,15 +273,15 @@ class AdminProcessor:
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def _get_all_consumer_offset(self, request: RemotingCommand) -> RemotingCommand:
-        body = self._broker.consumer_offset_manager.to_json()
+        body = self._offsets.to_json()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def _get_all_subscription_group(self, request: RemotingCommand) -> RemotingCommand:
-        body = self._broker.subscription_group_manager.to_json()
+        body = self._groups.to_json()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def _get_all_delay_offset(self, request: RemotingCommand) -> RemotingCommand:
-        body = self._broker.delay_offset_json()
+        body = self._schedule.delay_offset_json()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def _update_subscription_group(self, request: RemotingCommand) -> RemotingCommand:
@@ -251,27 +297,26 @@ class AdminProcessor:
                 f"UPDATE_AND_CREATE_SUBSCRIPTIONGROUP body is not a SubscriptionGroupConfig "
                 f"JSON object with a groupName: {exc}",
             )
-        self._broker.subscription_group_manager.update_subscription_group_config(group_config)
+        self._groups.update_subscription_group_config(group_config)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def _delete_subscription_group(self, request: RemotingCommand) -> RemotingCommand:
         header = DeleteSubscriptionGroupRequestHeader.from_ext_fields(request.ext_fields)
-        broker = self._broker
-        broker.subscription_group_manager.delete_subscription_group_config(header.group_name)
+        self._groups.delete_subscription_group_config(header.group_name)
         if header.remove_offset:
-            broker.consumer_offset_manager.remove_group(header.group_name)
+            self._offsets.remove_group(header.group_name)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     # -- broker ----------------------------------------------------------------------------
 
     async def _get_broker_runtime_info(self, request: RemotingCommand) -> RemotingCommand:
-        body = jsonx.dumps({"table": runtime_info(self._broker)})
+        table = runtime_info(self._stats, self._store, self._store_config.store_path_root_dir)
+        body = jsonx.dumps({"table": table})
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def _get_broker_config(self, request: RemotingCommand) -> RemotingCommand:
-        broker = self._broker
-        text = properties_text(config_properties(broker.store_config, broker.config))
-        version = jsonx.dumps({"counter": 0, "timestamp": broker.stats.boot_timestamp_ms})
+        text = properties_text(config_properties(self._store_config, self._config))
+        version = jsonx.dumps({"counter": 0, "timestamp": self._stats.boot_timestamp_ms})
         return RemotingCommand.response_to(
             request,
             ResponseCode.SUCCESS,
@@ -282,20 +327,20 @@ class AdminProcessor:
     # -- helpers ---------------------------------------------------------------------------
 
     def _system_topic_problem(self, topic: str, verb: str) -> str | None:
-        if self._broker.topic_config_manager.is_system_topic(topic):
+        if self._topics.is_system_topic(topic):
             return f"{topic} is a system topic the broker manages itself; it cannot be {verb}"
         return None
 
     def _message_queue(self, topic: str, queue_id: int) -> jsonx.JsonObjectKey:
         return jsonx.JsonObjectKey(
-            {"brokerName": self._broker.config.broker_name, "queueId": queue_id, "topic": topic}
+            {"brokerName": self._config.broker_name, "queueId": queue_id, "topic": topic}
         )
 
     def _store_time_at(self, topic: str, queue_id: int, offset: int) -> int:
         """Store time (ms) of the message at ``offset`` of a queue; 0 when there is none."""
         if offset < 0:
             return 0
-        result = self._broker.store.get_messages(topic, queue_id, offset, 1, _ONE_RECORD_BYTES_MAX)
+        result = self._store.get_messages(topic, queue_id, offset, 1, _ONE_RECORD_BYTES_MAX)
         if result.status is not GetStatus.FOUND or len(result.body) < 64:
             return 0
         sysflag = _INT32.unpack_from(result.body, POSITION_SYSFLAG)[0]

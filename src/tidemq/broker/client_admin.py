@@ -47,7 +47,11 @@ from tidemq.remoting.errors import RemotingError
 
 if TYPE_CHECKING:
     from tidemq.broker.client_manager import ClientChannel
-    from tidemq.broker.controller import BrokerController
+    from tidemq.broker.clients import Clients
+    from tidemq.broker.config import BrokerConfig
+    from tidemq.broker.consumer_offset_manager import ConsumerOffsetManager
+    from tidemq.broker.topic_config_manager import TopicConfigManager
+    from tidemq.store.interface import MessageStore
 
 log = logging.getLogger("tidemq.broker")
 
@@ -62,15 +66,27 @@ RESET_TO_MAX_OFFSET = -1  # the ``timestamp`` that means "skip to the end"
 
 class ClientAdmin:
     """Serves GET_CONSUMER_RUNNING_INFO, INVOKE_BROKER_TO_RESET_OFFSET and
-    INVOKE_BROKER_TO_GET_CONSUMER_STATUS for ``broker`` (its consumer_manager,
-    consumer_offset_manager, topic_config_manager and store).
+    INVOKE_BROKER_TO_GET_CONSUMER_STATUS from the broker's parts: ``clients`` (the group's
+    connected consumers), ``offsets``, ``topics`` and ``store``; ``config`` names the broker.
 
     Each method takes the admin's request and returns the response; a bad header raises
     ``HeaderFieldError`` (the admin processor answers SYSTEM_ERROR naming the field).
     """
 
-    def __init__(self, broker: BrokerController) -> None:
-        self._broker = broker
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        clients: Clients,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._topics = topics
+        self._offsets = offsets
+        self._clients = clients
 
     async def get_consumer_running_info(self, request: RemotingCommand) -> RemotingCommand:
         """GET_CONSUMER_RUNNING_INFO: forward to the client and relay its answer."""
@@ -79,7 +95,7 @@ class ClientAdmin:
         if channel is None:
             return _error(request, ResponseCode.SYSTEM_ERROR,
                           f"consumer {header.client_id} of group {header.consumer_group} is not "
-                          f"connected to broker {self._broker.config.broker_name}; list the "
+                          f"connected to broker {self._config.broker_name}; list the "
                           "group's clients with consumerConnection")
         forwarded = RemotingCommand.request(request.code, dict(request.ext_fields or {}),
                                             body=request.body)
@@ -96,31 +112,29 @@ class ClientAdmin:
         """INVOKE_BROKER_TO_RESET_OFFSET: new offsets for the group's queues of a topic, sent
         to every member (RESET_CONSUMER_CLIENT_OFFSET) and committed here."""
         header = ResetOffsetRequestHeader.from_ext_fields(request.ext_fields)
-        broker = self._broker
-        topic_config = broker.topic_config_manager.get(header.topic)
+        config = self._config
+        topic_config = self._topics.get(header.topic)
         if topic_config is None:
             return _error(request, ResponseCode.SYSTEM_ERROR,
                           f"topic {header.topic} does not exist on broker "
-                          f"{broker.config.broker_name}; nothing to reset")
+                          f"{config.broker_name}; nothing to reset")
         members = self._members(header.group)
         if not members:
             return _error(request, ResponseCode.CONSUMER_NOT_ONLINE,
                           f"no consumer of group {header.group} is connected to broker "
-                          f"{broker.config.broker_name}, so none can be told to reset "
+                          f"{config.broker_name}, so none can be told to reset "
                           f"{header.topic}; commit the offsets directly instead")
         offsets: dict[int, int] = {}
         for queue_id in range(topic_config.write_queue_nums):
-            committed = broker.consumer_offset_manager.query_offset(header.group, header.topic,
-                                                                    queue_id)
+            committed = self._offsets.query_offset(header.group, header.topic, queue_id)
             if committed is None or committed < 0:
                 return _error(request, ResponseCode.SYSTEM_ERROR,
                               f"group {header.group} has committed no offset of {header.topic} "
-                              f"queue {queue_id} on broker {broker.config.broker_name}; a group "
+                              f"queue {queue_id} on broker {config.broker_name}; a group "
                               "must have consumed a topic before its offsets can be reset")
             offsets[queue_id] = self._reset_target(header, queue_id, committed)
         for queue_id, offset in offsets.items():
-            broker.consumer_offset_manager.commit_offset(header.group, header.topic, queue_id,
-                                                         offset)
+            self._offsets.commit_offset(header.group, header.topic, queue_id, offset)
         body = self._offset_table_body(header.topic, offsets)
         await asyncio.gather(*(self._send_reset(channel, header, body) for channel in members))
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
@@ -135,7 +149,7 @@ class ClientAdmin:
                           f"no consumer of group {header.group}"
                           + (f" with client id {header.client_addr}" if header.client_addr
                              else "")
-                          + f" is connected to broker {self._broker.config.broker_name}")
+                          + f" is connected to broker {self._config.broker_name}")
         question = GetConsumerStatusRequestHeader(topic=header.topic, group=header.group)
         answers = await asyncio.gather(*(self._ask_status(channel, question)
                                          for channel in members))
@@ -148,7 +162,7 @@ class ClientAdmin:
     # -- internals ----------------------------------------------------------------------------
 
     def _members(self, group: str) -> list[ClientChannel]:
-        info = self._broker.consumer_manager.get(group)
+        info = self._clients.consumers.get(group)
         if info is None:
             return []
         return [channel for channel in info.channels.values()
@@ -159,7 +173,7 @@ class ClientAdmin:
 
     def _reset_target(self, header: ResetOffsetRequestHeader, queue_id: int,
                       committed: int) -> int:
-        store = self._broker.store
+        store = self._store
         if header.timestamp == RESET_TO_MAX_OFFSET:
             target = store.max_offset(header.topic, queue_id)
         else:
@@ -168,7 +182,7 @@ class ClientAdmin:
         return target if header.is_force or target < committed else committed
 
     def _offset_table_body(self, topic: str, offsets: dict[int, int]) -> bytes:
-        broker_name = self._broker.config.broker_name
+        broker_name = self._config.broker_name
         table = {
             jsonx.JsonObjectKey({"brokerName": broker_name, "queueId": queue_id, "topic": topic}):
                 offset

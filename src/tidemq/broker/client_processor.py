@@ -46,7 +46,7 @@ from tidemq.errors import HeaderFieldError, RemoteProtocolError, SqlFilterError
 from tidemq.filter.sql92 import compile_sql92
 from tidemq.limits import topic_name_problem
 from tidemq.protocol import jsonx
-from tidemq.protocol.codes import LanguageCode, ResponseCode
+from tidemq.protocol.codes import LanguageCode, RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import (
     GetConsumerConnectionListRequestHeader,
@@ -56,8 +56,12 @@ from tidemq.protocol.headers import (
 )
 
 if TYPE_CHECKING:
-    from tidemq.broker.consumption import ConsumptionServices
+    from tidemq.broker.clients import Clients
+    from tidemq.broker.config import BrokerConfig
+    from tidemq.broker.subscription_group_manager import SubscriptionGroupManager
+    from tidemq.broker.topic_config_manager import TopicConfigManager
     from tidemq.remoting.connection import Connection
+    from tidemq.remoting.server import RemotingServer
 
 log = logging.getLogger("tidemq.broker")
 
@@ -200,11 +204,40 @@ def _language_name(code: int) -> str:
 
 
 class ClientManageProcessor:
-    """Serves the client bookkeeping requests for a broker's ``ConsumptionServices``."""
+    """Serves the client bookkeeping requests of one broker.
 
-    def __init__(self, services: ConsumptionServices) -> None:
-        self._services = services
-        self._broker = services.broker
+    Args:
+        config: notifyConsumerIdsChangedEnable, enablePropertyFilter.
+        topics: retry topics are created on a consumer's first heartbeat.
+        groups: subscription groups (auto-created, notify flags).
+        clients: the consumer and producer tables the heartbeats fill.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        clients: Clients,
+    ) -> None:
+        self._config = config
+        self._topics = topics
+        self._groups = groups
+        self._clients = clients
+
+    def register(self, server: RemotingServer) -> None:
+        """Register the client bookkeeping handlers on ``server``."""
+        routes = {
+            RequestCode.HEART_BEAT: self.heart_beat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.get_consumer_list_by_group,
+            RequestCode.CHECK_CLIENT_CONFIG: self.check_client_config,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
+        }
+        for code, handler in routes.items():
+            server.register(code, handler)
 
     async def heart_beat(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         """HEART_BEAT: register the client's consumer and producer groups."""
@@ -212,11 +245,11 @@ class ClientManageProcessor:
             heartbeat = decode_heartbeat(request.body)
         except RemoteProtocolError as e:
             return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
-        services = self._services
-        config = self._broker.config
-        now = services.clock_ms()
+        clients = self._clients
+        config = self._config
+        now = clients.now_ms()
         language = _language_name(request.language)
-        group_manager = services.subscription_group_manager
+        group_manager = self._groups
         for consumer in heartbeat.consumers:
             group = consumer.group
             retry = retry_topic(group)
@@ -231,11 +264,11 @@ class ClientManageProcessor:
             notify = True
             if group_config is not None:
                 notify = group_config.notify_consumer_ids_changed_enable
-                self._broker.topic_config_manager.create_topic_for_send_back(
+                self._topics.create_topic_for_send_back(
                     retry, group_config.retry_queue_nums, PERM_READ | PERM_WRITE,
                     TOPIC_SYS_FLAG_UNIT_SUB if consumer.unit_mode else 0,
                 )
-            services.consumer_manager.register(
+            clients.consumers.register(
                 group,
                 ClientChannel(connection, heartbeat.client_id, language, request.version, now),
                 consume_type=consumer.consume_type,
@@ -246,15 +279,15 @@ class ClientManageProcessor:
             )
             self._register_filters(group, consumer.subscriptions)
         for group in heartbeat.producer_groups:
-            services.producer_manager.register(
+            clients.producers.register(
                 group,
                 ClientChannel(connection, heartbeat.client_id, language, request.version, now),
             )
-        services.watch_connection(connection)
+        clients.watch_connection(connection)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     def _register_filters(self, group: str, subscriptions: list[SubscriptionData]) -> None:
-        table = self._services.consumer_filter_table
+        table = self._clients.filters
         for subscription in subscriptions:
             if subscription.expression_type != EXPRESSION_TYPE_SQL92:
                 continue
@@ -274,15 +307,15 @@ class ClientManageProcessor:
             header = UnregisterClientRequestHeader.from_ext_fields(request.ext_fields)
         except HeaderFieldError as e:
             return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
-        services = self._services
+        clients = self._clients
         if header.producer_group:
-            services.producer_manager.unregister(header.producer_group, connection)
+            clients.producers.unregister(header.producer_group, connection)
         if header.consumer_group:
-            group_config = services.subscription_group_manager.get(header.consumer_group)
+            group_config = self._groups.get(header.consumer_group)
             notify = group_config is None or group_config.notify_consumer_ids_changed_enable
-            services.consumer_manager.unregister(
+            clients.consumers.unregister(
                 header.consumer_group, connection,
-                notify=notify and self._broker.config.notify_consumer_ids_changed_enable,
+                notify=notify and self._config.notify_consumer_ids_changed_enable,
             )
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
@@ -295,7 +328,7 @@ class ClientManageProcessor:
         except HeaderFieldError as e:
             return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
         group = header.consumer_group
-        info = self._services.consumer_manager.get(group)
+        info = self._clients.consumers.get(group)
         client_ids = info.client_ids() if info is not None else []
         if not client_ids:
             return _error(request, ResponseCode.SYSTEM_ERROR,
@@ -330,7 +363,7 @@ class ClientManageProcessor:
                 f"expression type {subscription.expression_type!r} of the subscription to "
                 f"{subscription.topic} is unknown; use TAG or SQL92",
             )
-        if not self._broker.config.enable_property_filter:
+        if not self._config.enable_property_filter:
             return _error(
                 request, ResponseCode.SYSTEM_ERROR,
                 "SQL92 filter is not enabled (set enablePropertyFilter=true)",
@@ -352,7 +385,7 @@ class ClientManageProcessor:
             header = GetConsumerConnectionListRequestHeader.from_ext_fields(request.ext_fields)
         except HeaderFieldError as e:
             return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
-        info = self._services.consumer_manager.get(header.consumer_group)
+        info = self._clients.consumers.get(header.consumer_group)
         if info is None or not info.channels:
             return _error(
                 request, ResponseCode.CONSUMER_NOT_ONLINE,
@@ -371,7 +404,7 @@ class ClientManageProcessor:
             header = GetProducerConnectionListRequestHeader.from_ext_fields(request.ext_fields)
         except HeaderFieldError as e:
             return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
-        channels = self._services.producer_manager.channels(header.producer_group)
+        channels = self._clients.producers.channels(header.producer_group)
         if not channels:
             return _error(
                 request, ResponseCode.SYSTEM_ERROR,

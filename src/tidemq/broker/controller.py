@@ -1,21 +1,20 @@
 """BrokerController: one broker's parts wired together, started and stopped in order.
 
-Parts, in the order they are made:
+The controller is the only place that knows every part. In ``__init__`` it
 
-- ``store``: the message store (a ``FileMessageStore`` under storePathRootDir unless one is
-  given, e.g. a ``MemoryMessageStore`` in tests); its store host is brokerIP1:listenPort;
-- ``topic_config_manager``: topics.json plus the built-in topics;
-- ``server``: the remoting server on brokerIP1 at listenPort and listenPort - 2;
-- ``schedule_service``: the delay levels' timers and delayOffset.json;
-- ``transaction_service``: half messages, END_TRANSACTION and the transaction check task
-  (broker/transaction/);
-- the processors: sends (``send_processor``), send-backs of failed messages
-  (``send_back_processor``), admin requests (``admin_processor``, the
-  default for every code nobody else serves) and the consumption side
-  (``consumption``: pulls, offsets, clients, queries, locks; it sets
-  ``consumer_offset_manager``, ``subscription_group_manager``, ``consumer_manager``,
-  ``producer_manager``, ``pull_hold_service`` and ``lock_manager`` on this object);
-- ``registration``: REGISTER_BROKER to every name server (``namesrv_registration``).
+1. assembles the typed parts once (``BrokerParts.assemble``, parts.py: config, store,
+   identity, role, stats, topic / offset / subscription-group tables, clients, locks, pull
+   holds), the store being a ``FileMessageStore`` under storePathRootDir unless one is given
+   (e.g. a ``MemoryMessageStore`` in tests), its store host brokerIP1:listenPort;
+2. builds the services on them: the remoting server on brokerIP1 at listenPort and
+   listenPort - 2, name-server registration (``registration``), the delay levels' timers
+   (``schedule_service``), transactions (``transaction_service``, broker/transaction/) and
+   the consumption side's background work (``consumption``);
+3. builds each processor with exactly the parts it uses, and registers them.
+
+No part or processor sees the controller; the controller's own attributes (``store``,
+``topic_config_manager``, ``consumer_offset_manager``, ...) are the parts it assembled,
+named for operators' tools and tests.
 
 ``start``: listen, start the consumption services and the delay timers, register with the
 name servers (once, waited for), then run the periodic work: registration every
@@ -37,22 +36,25 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import struct
 import time
-from pathlib import Path
 from typing import Any
 
 from tidemq.broker.admin_processor import AdminProcessor
+from tidemq.broker.client_admin import ClientAdmin
+from tidemq.broker.client_processor import ClientManageProcessor
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.consumption import ConsumptionServices
+from tidemq.broker.lock_manager import LockBatchProcessor
 from tidemq.broker.namesrv_registration import NameServerRegistration
-from tidemq.broker.runtime_info import SAMPLE_INTERVAL_MS, BrokerStats
+from tidemq.broker.offset_processor import ConsumerOffsetProcessor
+from tidemq.broker.parts import BrokerParts
+from tidemq.broker.pull_processor import PullMessageProcessor
+from tidemq.broker.query_processor import QueryMessageProcessor
+from tidemq.broker.runtime_info import SAMPLE_INTERVAL_MS
 from tidemq.broker.schedule_service import ScheduleMessageService
 from tidemq.broker.send_back_processor import SendBackProcessor
 from tidemq.broker.send_processor import SendMessageProcessor
-from tidemq.broker.topic_config_manager import TopicConfigManager
 from tidemq.broker.transaction import TransactionService
-from tidemq.protocol.message import POSITION_SYSFLAG, store_timestamp_position
 from tidemq.remoting.client import RemotingClient
 from tidemq.remoting.server import RemotingServer
 from tidemq.store.config import StoreConfig
@@ -67,14 +69,9 @@ RETENTION_INTERVAL_S = 10.0
 # Requests in flight at shutdown get this long to finish before they are cancelled.
 SHUTDOWN_GRACE_S = 5.0
 
-CONFIG_DIR_NAME = "config"
-
-_INT32 = struct.Struct(">i")
-_INT64 = struct.Struct(">q")
-
 
 class BrokerController:
-    """One broker: store, topics, remoting server, processors and name-server registration.
+    """One broker: its parts, remoting server, processors and name-server registration.
 
     Args:
         config: the broker's settings.
@@ -97,37 +94,103 @@ class BrokerController:
     ) -> None:
         self.config = config
         self.store_config = dataclasses.replace(store_config, store_host=config.broker_address)
-        self.broker_address = config.broker_address
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.stats = BrokerStats()
-        self.config_dir = Path(self.store_config.store_path_root_dir) / CONFIG_DIR_NAME
-        self.config_dir.mkdir(parents=True, exist_ok=True)
         if store is None:
             store = FileMessageStore(self.store_config)
         self.store: MessageStore = store
-        try:
-            self.topic_config_manager = TopicConfigManager(
-                config, self.config_dir, on_change=self._topics_changed
-            )
-            self.server = RemotingServer(config.broker_ip1, config.listen_ports)
-            self.remoting_client = RemotingClient()
-            self.registration = NameServerRegistration(self, self.remoting_client)
-            self.schedule_service = ScheduleMessageService(self)
-            self.send_processor = SendMessageProcessor(self)
-            self.send_back_processor = SendBackProcessor(self)
-            self.admin_processor = AdminProcessor(self)
-            # Sets consumer_offset_manager, subscription_group_manager, consumer_manager,
-            # producer_manager, pull_hold_service and lock_manager on self.
-            self.consumption = ConsumptionServices(self)
-            self.transaction_service = TransactionService(self)
-            self.register_processors(self.server)
-        except BaseException:
-            self.store.close()
-            raise
         self._tasks: list[asyncio.Task[None]] = []
         self._retention_run: asyncio.Future[Any] | None = None
         self._started = False
         self._stopped = False
+        try:
+            self._assemble(store)
+        except BaseException:
+            self.store.close()
+            raise
+
+    def _assemble(self, store: MessageStore) -> None:
+        """Make the parts, the services on them and the processors (module docstring)."""
+        parts = BrokerParts.assemble(
+            self.config, self.store_config, store, on_topics_changed=self._topics_changed
+        )
+        self.parts = parts
+        # The parts under the names operators' tools and tests know them by.
+        self.identity = parts.identity
+        self.role = parts.role
+        self.stats = parts.stats
+        self.config_dir = parts.config_dir
+        self.topic_config_manager = parts.topics
+        self.consumer_offset_manager = parts.offsets
+        self.subscription_group_manager = parts.groups
+        self.clients = parts.clients
+        self.consumer_manager = parts.clients.consumers
+        self.producer_manager = parts.clients.producers
+        self.consumer_filter_table = parts.clients.filters
+        self.lock_manager = parts.locks
+        self.pull_hold_service = parts.pull_holds
+
+        self.server = RemotingServer(self.config.broker_ip1, self.config.listen_ports)
+        self.remoting_client = RemotingClient()
+        self.registration = NameServerRegistration(
+            config=parts.config, identity=parts.identity, role=parts.role, topics=parts.topics,
+            client=self.remoting_client,
+        )
+        self.schedule_service = ScheduleMessageService(
+            config=parts.config, store_config=parts.store_config, store=parts.store,
+            role=parts.role, config_dir=parts.config_dir,
+        )
+        self.transaction_service = TransactionService(
+            config=parts.config, store=parts.store, role=parts.role, stats=parts.stats,
+            topics=parts.topics, producers=parts.clients.producers,
+            schedule=self.schedule_service, config_dir=parts.config_dir,
+        )
+        self.consumption = ConsumptionServices(
+            config=parts.config, store=parts.store, offsets=parts.offsets,
+            clients=parts.clients, locks=parts.locks, pull_holds=parts.pull_holds,
+        )
+        self._processors = self._make_processors(parts)
+        self.register_processors(self.server)
+
+    def _make_processors(self, parts: BrokerParts) -> list[Any]:
+        """Every request processor, each given the parts it uses; the admin processor, the
+        default for every code nobody else serves, comes last."""
+        self.send_processor = SendMessageProcessor(
+            config=parts.config, store_config=parts.store_config, store=parts.store,
+            identity=parts.identity, role=parts.role, stats=parts.stats, topics=parts.topics,
+            groups=parts.groups, schedule=self.schedule_service,
+            transactions=self.transaction_service,
+        )
+        self.send_back_processor = SendBackProcessor(
+            config=parts.config, store=parts.store, identity=parts.identity, role=parts.role,
+            topics=parts.topics, groups=parts.groups, schedule=self.schedule_service,
+        )
+        self.pull_processor = PullMessageProcessor(
+            config=parts.config, store=parts.store, identity=parts.identity, role=parts.role,
+            stats=parts.stats, topics=parts.topics, groups=parts.groups,
+            offsets=parts.offsets, clients=parts.clients, pull_holds=parts.pull_holds,
+        )
+        self.client_processor = ClientManageProcessor(
+            config=parts.config, topics=parts.topics, groups=parts.groups,
+            clients=parts.clients,
+        )
+        self.offset_processor = ConsumerOffsetProcessor(store=parts.store, offsets=parts.offsets)
+        self.query_processor = QueryMessageProcessor(config=parts.config, store=parts.store)
+        self.lock_processor = LockBatchProcessor(parts.locks)
+        client_admin = ClientAdmin(
+            config=parts.config, store=parts.store, topics=parts.topics,
+            offsets=parts.offsets, clients=parts.clients,
+        )
+        self.admin_processor = AdminProcessor(
+            config=parts.config, store_config=parts.store_config, store=parts.store,
+            identity=parts.identity, role=parts.role, stats=parts.stats, topics=parts.topics,
+            groups=parts.groups, offsets=parts.offsets, schedule=self.schedule_service,
+            registration=self.registration, client_admin=client_admin,
+        )
+        return [
+            self.send_processor, self.send_back_processor, self.transaction_service,
+            self.pull_processor, self.client_processor, self.offset_processor,
+            self.query_processor, self.lock_processor, self.admin_processor,
+        ]
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -144,7 +207,7 @@ class BrokerController:
         try:
             await self.server.start()
             if self.config.listen_port == 0:  # a test asked for any free port
-                self.broker_address = f"{self.config.broker_ip1}:{self.server.bound_ports[0]}"
+                self.identity.bound(self.server.bound_ports[0])
             await self.consumption.start()
             await self.schedule_service.start()
             await self.transaction_service.start()
@@ -206,20 +269,18 @@ class BrokerController:
         ``server`` is anything with RemotingServer's ``register(code, handler)`` and
         ``register_default(handler)``; tests pass a table to call handlers directly.
         """
-        self.send_processor.register(server)
-        self.send_back_processor.register(server)
-        self.transaction_service.register(server)
-        self.consumption.register(server)
-        self.admin_processor.register(server)  # the default: every code nobody else serves
+        for processor in self._processors:
+            processor.register(server)
+
+    @property
+    def broker_address(self) -> str:
+        """``brokerIP1:listenPort``, the port as bound once started."""
+        return self.identity.address
 
     @property
     def ha_server_address(self) -> str:
         """``brokerIP2:haListenPort`` (haListenPort = the bound listenPort + 1 unless set)."""
-        config = self.config
-        if config.ha_listen_port is not None:
-            return config.ha_server_address
-        port = int(self.broker_address.rpartition(":")[2]) + 1
-        return f"{config.broker_ip2 or config.broker_ip1}:{port}"
+        return self.identity.ha_server_address
 
     @property
     def started(self) -> bool:
@@ -230,31 +291,6 @@ class BrokerController:
     def stopped(self) -> bool:
         """True once ``shutdown`` was called."""
         return self._stopped
-
-    # -- operations used by the processors -------------------------------------------------
-
-    async def register_with_name_servers(self) -> None:
-        """Register with every name server now and wait for the round (topic created)."""
-        await self.registration.register_all()
-
-    def delete_topic(self, topic: str) -> None:
-        """Forget ``topic``: its config, its consume queues and every group's offsets in it."""
-        self.topic_config_manager.delete(topic)
-        self.store.delete_topic(topic)
-        self.consumer_offset_manager.remove_topic(topic)
-        log.info("topic %s deleted from broker %s", topic, self.config.broker_name)
-
-    def delay_offset_json(self) -> bytes:
-        """delayOffset.json's content: the delay scheduler's progress per level."""
-        return self.schedule_service.delay_offset_json()
-
-    def earliest_commit_log_time_ms(self) -> int:
-        """Store time of the oldest record still in the commit log; 0 when it is empty."""
-        record = self.store.read_message(self.store.commit_log_min_offset())
-        if record is None or len(record) < 64:
-            return 0
-        sysflag = _INT32.unpack_from(record, POSITION_SYSFLAG)[0]
-        return _INT64.unpack_from(record, store_timestamp_position(sysflag))[0]
 
     # -- internals -------------------------------------------------------------------------
 

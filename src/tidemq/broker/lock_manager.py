@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidemq.errors import RemoteProtocolError
 from tidemq.protocol import jsonx
-from tidemq.protocol.codes import ResponseCode
+from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 
 if TYPE_CHECKING:
     from tidemq.remoting.connection import Connection
+    from tidemq.remoting.server import RemotingServer
 
 log = logging.getLogger("tidemq.broker")
 
@@ -246,6 +247,11 @@ class LockBatchProcessor:
 
     def __init__(self, lock_manager: RebalanceLockManager) -> None:
         self._locks = lock_manager
+
+    def register(self, server: RemotingServer) -> None:
+        """Register LOCK_BATCH_MQ and UNLOCK_BATCH_MQ on ``server``."""
+        server.register(RequestCode.LOCK_BATCH_MQ, self.lock_batch)
+        server.register(RequestCode.UNLOCK_BATCH_MQ, self.unlock_batch)
 
     async def lock_batch(self, request: RemotingCommand, connection: Connection
                          ) -> RemotingCommand:

@@ -35,26 +35,48 @@ from tidemq.broker.config import PERM_READ, PERM_WRITE
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
-from tidemq.protocol.headers import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
+from tidemq.protocol.headers import (
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnregisterBrokerRequestHeader,
+)
 from tidemq.remoting.client import RemotingClient
 from tidemq.remoting.errors import RemotingError
 
 if TYPE_CHECKING:
-    from tidemq.broker.controller import BrokerController
+    from tidemq.broker.config import BrokerConfig
+    from tidemq.broker.identity import BrokerIdentity
+    from tidemq.broker.role import ReplicationRole
+    from tidemq.broker.topic_config_manager import TopicConfigManager
 
 log = logging.getLogger("tidemq.broker")
 
 
 class NameServerRegistration:
-    """Registers ``broker`` with its name servers at start, periodically and on demand.
+    """Registers this broker with its name servers at start, periodically and on demand.
 
     Args:
-        broker: the controller whose config, address and topic table are registered.
+        config: namesrvAddr, brokerPermission, registerNameServerPeriod,
+            registerBrokerTimeoutMills.
+        identity: the names, address and HA address registered.
+        role: told the master's addresses a name server answers a slave with.
+        topics: the topic table registered.
         client: the remoting client used to reach the name servers.
     """
 
-    def __init__(self, broker: BrokerController, client: RemotingClient) -> None:
-        self._broker = broker
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        identity: BrokerIdentity,
+        role: ReplicationRole,
+        topics: TopicConfigManager,
+        client: RemotingClient,
+    ) -> None:
+        self._config = config
+        self._identity = identity
+        self._role = role
+        self._topics = topics
         self._client = client
         self._wake = asyncio.Event()
         self._round_lock = asyncio.Lock()
@@ -66,14 +88,14 @@ class NameServerRegistration:
     @property
     def namesrv_addresses(self) -> list[str]:
         """The name servers registered with, from ``namesrvAddr``."""
-        return self._broker.config.namesrv_addresses
+        return self._config.namesrv_addresses
 
     async def start(self) -> None:
         """Register once (waiting for the round), then keep registering in the background."""
         if not self.namesrv_addresses:
             log.info(
                 "broker %s has no name server to register with (namesrvAddr is not set)",
-                self._broker.config.broker_name,
+                self._config.broker_name,
             )
             return
         await self.register_all()
@@ -94,7 +116,7 @@ class NameServerRegistration:
                 await task
 
     async def _run(self) -> None:
-        period_s = self._broker.config.register_period_ms / 1000
+        period_s = self._config.register_period_ms / 1000
         while True:
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
             # that arrives as the event is set, and stop() would wait forever.
@@ -115,8 +137,8 @@ class NameServerRegistration:
         registers every topic with that permission, as RocketMQ does, so clients stop
         writing to (or reading from) it.
         """
-        wrapper = self._broker.topic_config_manager.serialize_wrapper()
-        broker_permission = self._broker.config.broker_permission
+        wrapper = self._topics.serialize_wrapper()
+        broker_permission = self._config.broker_permission
         if broker_permission & (PERM_READ | PERM_WRITE) != PERM_READ | PERM_WRITE:
             for topic_config in wrapper["topicConfigTable"].values():
                 topic_config["perm"] = broker_permission
@@ -141,13 +163,13 @@ class NameServerRegistration:
 
     async def _register_round(self, addresses: list[str]) -> dict[str, bool]:
         body = self.register_body()
-        config = self._broker.config
+        identity = self._identity
         header = RegisterBrokerRequestHeader(
-            broker_name=config.broker_name,
-            broker_addr=self._broker.broker_address,
-            cluster_name=config.broker_cluster_name,
-            ha_server_addr=self._broker.ha_server_address,
-            broker_id=config.broker_id,
+            broker_name=identity.broker_name,
+            broker_addr=identity.address,
+            cluster_name=identity.cluster_name,
+            ha_server_addr=identity.ha_server_address,
+            broker_id=identity.broker_id,
             compressed=False,
             body_crc32=zlib.crc32(body) & 0x7FFFFFFF,
         )
@@ -160,7 +182,7 @@ class NameServerRegistration:
 
     async def _register_one(self, address: str, ext_fields: dict[str, str], body: bytes) -> bool:
         request = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext_fields, body)
-        timeout_ms = self._broker.config.register_broker_timeout_ms
+        timeout_ms = self._config.register_broker_timeout_ms
         try:
             response = await self._client.invoke(address, request, timeout_ms)
         except RemotingError as exc:
@@ -170,6 +192,9 @@ class NameServerRegistration:
             self._note(address, False, f"it answered code {response.code}: {response.remark or ''}")
             return False
         self._note(address, True, "")
+        if self._role.is_slave:
+            answer = RegisterBrokerResponseHeader.from_ext_fields(response.ext_fields or {})
+            self._role.learn_master(answer.master_addr, answer.ha_server_addr)
         return True
 
     def _note(self, address: str, reachable: bool, problem: str) -> None:
@@ -178,7 +203,7 @@ class NameServerRegistration:
         if reachable and before is not True:
             log.info(
                 "broker %s registered with name server %s%s",
-                self._broker.config.broker_name,
+                self._config.broker_name,
                 address,
                 " again" if before is False else "",
             )
@@ -186,20 +211,21 @@ class NameServerRegistration:
             log.warning(
                 "broker %s could not register with name server %s: %s; retrying every %d s "
                 "(check namesrvAddr and that the name server runs)",
-                self._broker.config.broker_name,
+                self._config.broker_name,
                 address,
                 problem,
-                self._broker.config.register_period_ms // 1000,
+                self._config.register_period_ms // 1000,
             )
 
     async def unregister_all(self) -> None:
         """Send UNREGISTER_BROKER to every name server at once (at shutdown); never raises."""
-        config = self._broker.config
+        config = self._config
+        identity = self._identity
         ext_fields = UnregisterBrokerRequestHeader(
-            broker_name=config.broker_name,
-            broker_addr=self._broker.broker_address,
-            cluster_name=config.broker_cluster_name,
-            broker_id=config.broker_id,
+            broker_name=identity.broker_name,
+            broker_addr=identity.address,
+            cluster_name=identity.cluster_name,
+            broker_id=identity.broker_id,
         ).to_ext_fields()
 
         async def unregister_one(address: str) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from tidemq.errors import HeaderFieldError
-from tidemq.protocol.codes import ResponseCode
+from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import (
     GetEarliestMsgStoretimeRequestHeader,
@@ -36,8 +36,10 @@ from tidemq.protocol.headers import (
 )
 
 if TYPE_CHECKING:
-    from tidemq.broker.consumption import ConsumptionServices
+    from tidemq.broker.consumer_offset_manager import ConsumerOffsetManager
     from tidemq.remoting.connection import Connection
+    from tidemq.remoting.server import RemotingServer
+    from tidemq.store.interface import MessageStore
 
 # answer(processor, request, parsed header) -> response
 Answer = Callable[["ConsumerOffsetProcessor", RemotingCommand, Any], RemotingCommand]
@@ -74,19 +76,32 @@ def _success(request: RemotingCommand, response_header: Any = None) -> RemotingC
 class ConsumerOffsetProcessor:
     """Serves the consumer-offset and queue-offset requests."""
 
-    def __init__(self, services: ConsumptionServices) -> None:
-        self._services = services
-        self._broker = services.broker
+    def __init__(self, *, store: MessageStore, offsets: ConsumerOffsetManager) -> None:
+        self._store = store
+        self._offsets = offsets
+
+    def register(self, server: RemotingServer) -> None:
+        """Register the six offset handlers on ``server``."""
+        routes = {
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            RequestCode.GET_MAX_OFFSET: self.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: self.get_min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
+        }
+        for code, handler in routes.items():
+            server.register(code, handler)
 
     @_handler(QueryConsumerOffsetRequestHeader)
     def query_consumer_offset(self, request: RemotingCommand,
                               header: QueryConsumerOffsetRequestHeader) -> RemotingCommand:
         """QUERY_CONSUMER_OFFSET: the group's committed offset of a queue."""
-        offset = self._services.consumer_offset_manager.query_offset(
+        offset = self._offsets.query_offset(
             header.consumer_group, header.topic, header.queue_id
         )
         if offset is None:
-            min_offset = self._broker.store.min_offset(header.topic, header.queue_id)
+            min_offset = self._store.min_offset(header.topic, header.queue_id)
             if min_offset > 0:
                 return RemotingCommand.response_to(
                     request, ResponseCode.QUERY_NOT_FOUND,
@@ -104,7 +119,7 @@ class ConsumerOffsetProcessor:
     def update_consumer_offset(self, request: RemotingCommand,
                                header: UpdateConsumerOffsetRequestHeader) -> RemotingCommand:
         """UPDATE_CONSUMER_OFFSET: store the group's offset of a queue (often oneway)."""
-        self._services.consumer_offset_manager.commit_offset(
+        self._offsets.commit_offset(
             header.consumer_group, header.topic, header.queue_id, header.commit_offset
         )
         return _success(request)
@@ -113,21 +128,21 @@ class ConsumerOffsetProcessor:
     def get_max_offset(self, request: RemotingCommand,
                        header: GetMaxOffsetRequestHeader) -> RemotingCommand:
         """GET_MAX_OFFSET: the next queue offset to be written."""
-        offset = self._broker.store.max_offset(header.topic, header.queue_id)
+        offset = self._store.max_offset(header.topic, header.queue_id)
         return _success(request, GetMaxOffsetResponseHeader(offset=offset))
 
     @_handler(GetMinOffsetRequestHeader)
     def get_min_offset(self, request: RemotingCommand,
                        header: GetMinOffsetRequestHeader) -> RemotingCommand:
         """GET_MIN_OFFSET: the first queue offset still readable."""
-        offset = self._broker.store.min_offset(header.topic, header.queue_id)
+        offset = self._store.min_offset(header.topic, header.queue_id)
         return _success(request, GetMinOffsetResponseHeader(offset=offset))
 
     @_handler(SearchOffsetRequestHeader)
     def search_offset_by_timestamp(self, request: RemotingCommand,
                                    header: SearchOffsetRequestHeader) -> RemotingCommand:
         """SEARCH_OFFSET_BY_TIMESTAMP: the queue offset stored closest to a time (§4.12)."""
-        offset = self._broker.store.offset_by_time(header.topic, header.queue_id, header.timestamp)
+        offset = self._store.offset_by_time(header.topic, header.queue_id, header.timestamp)
         return _success(request, SearchOffsetResponseHeader(offset=offset))
 
     @_handler(GetEarliestMsgStoretimeRequestHeader)
@@ -135,5 +150,5 @@ class ConsumerOffsetProcessor:
                                    header: GetEarliestMsgStoretimeRequestHeader
                                    ) -> RemotingCommand:
         """GET_EARLIEST_MSG_STORETIME: store time of the queue's first readable message."""
-        timestamp = self._broker.store.earliest_message_time(header.topic, header.queue_id)
+        timestamp = self._store.earliest_message_time(header.topic, header.queue_id)
         return _success(request, GetEarliestMsgStoretimeResponseHeader(timestamp=timestamp))

@@ -78,6 +78,7 @@ class ParkedPull:
     queue_id: int
     queue_offset: int
     deadline: float  # event-loop time
+    executor: PullExecutor  # re-runs the request (the pull processor that parked it)
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
     @property
@@ -91,7 +92,6 @@ class PullRequestHoldService:
 
     Args:
         store: read for the queues' max offsets on park and on the periodic re-check.
-        executor: re-runs a parked request (the pull processor).
         recheck_interval_ms: period of the safety-net re-check.
         parked_max: most requests parked at once.
     """
@@ -99,13 +99,11 @@ class PullRequestHoldService:
     def __init__(
         self,
         store: MessageStore,
-        executor: PullExecutor,
         *,
         recheck_interval_ms: int = LONG_POLLING_RECHECK_INTERVAL_MS,
         parked_max: int = PULL_REQUESTS_PARKED_MAX,
     ) -> None:
         self._store = store
-        self._executor = executor
         self._recheck_interval_ms = recheck_interval_ms
         self.parked_max = parked_max  # public: an operator or a test may lower it live
         self._parked: dict[str, list[ParkedPull]] = {}
@@ -147,8 +145,10 @@ class PullRequestHoldService:
         queue_id: int,
         queue_offset: int,
         timeout_ms: int,
+        executor: PullExecutor,
     ) -> bool:
-        """Hold ``request`` until a message arrives after ``queue_offset`` or ``timeout_ms``.
+        """Hold ``request`` until a message arrives after ``queue_offset`` or ``timeout_ms``;
+        then ``executor`` re-runs it (WAKE or FINAL) and its answer is sent.
 
         Returns:
             False when ``parked_max`` requests are already parked (the caller answers
@@ -161,7 +161,7 @@ class PullRequestHoldService:
         loop = self._bind_loop()
         parked = ParkedPull(
             request, connection, topic, queue_id, queue_offset,
-            deadline=loop.time() + max(timeout_ms, 0) / 1000,
+            deadline=loop.time() + max(timeout_ms, 0) / 1000, executor=executor,
         )
         parked.timer = loop.call_at(parked.deadline, self._finish, parked, PullMode.FINAL)
         self._parked.setdefault(parked.key, []).append(parked)
@@ -226,7 +226,7 @@ class PullRequestHoldService:
             self._unpark(parked)
             return
         try:
-            response = self._executor(parked.request, parked.connection, mode)
+            response = parked.executor(parked.request, parked.connection, mode)
         except Exception as exc:
             log.exception("re-running parked %s from %s failed", parked.request.describe(),
                           parked.connection.remote_address)

@@ -55,20 +55,30 @@ from tidemq.broker.client_manager import (
     SubscriptionData,
     build_subscription,
 )
-from tidemq.broker.config import PERM_READ, BrokerRole
+from tidemq.broker.config import PERM_READ
 from tidemq.broker.pull_hold_service import PullMode
 from tidemq.errors import CorruptRecord, HeaderFieldError
 from tidemq.filter.consumer_filters import FilterData
 from tidemq.filter.record_filter import filter_records
-from tidemq.protocol.codes import ResponseCode
+from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from tidemq.protocol.message import PROPERTY_RETRY_TOPIC
 from tidemq.store.interface import GetResult, GetStatus
 
 if TYPE_CHECKING:
-    from tidemq.broker.consumption import ConsumptionServices
+    from tidemq.broker.clients import Clients
+    from tidemq.broker.config import BrokerConfig
+    from tidemq.broker.consumer_offset_manager import ConsumerOffsetManager
+    from tidemq.broker.identity import BrokerIdentity
+    from tidemq.broker.pull_hold_service import PullRequestHoldService
+    from tidemq.broker.role import ReplicationRole
+    from tidemq.broker.runtime_info import BrokerStats
+    from tidemq.broker.subscription_group_manager import SubscriptionGroupManager
+    from tidemq.broker.topic_config_manager import TopicConfigManager
     from tidemq.remoting.connection import Connection
+    from tidemq.remoting.server import RemotingServer
+    from tidemq.store.interface import MessageStore
 
 log = logging.getLogger("tidemq.broker")
 
@@ -135,12 +145,49 @@ _STATUS_EXPLANATION = {
 
 
 class PullMessageProcessor:
-    """Serves PULL_MESSAGE for a broker's ``ConsumptionServices``."""
+    """Serves PULL_MESSAGE for one broker.
 
-    def __init__(self, services: ConsumptionServices) -> None:
-        self._services = services
-        self._broker = services.broker
+    Args:
+        config: brokerPermission, slaveReadEnable, longPollingEnable, shortPollingTimeMills,
+            enablePropertyFilter, filterSupportRetry, brokerName (remarks).
+        store: read for the messages.
+        identity: the broker's address (remarks).
+        role: a slave serves pulls only with slaveReadEnable and stores no offsets.
+        stats: counts the messages handed out.
+        topics, groups, offsets: topic configs, subscription groups, committed offsets.
+        clients: the consumers' heartbeats (subscriptions) and SQL92 filters.
+        pull_holds: where a pull with nothing to read is parked (long polling).
+    """
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        store: MessageStore,
+        identity: BrokerIdentity,
+        role: ReplicationRole,
+        stats: BrokerStats,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+        clients: Clients,
+        pull_holds: PullRequestHoldService,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._identity = identity
+        self._role = role
+        self._stats = stats
+        self._topics = topics
+        self._groups = groups
+        self._offsets = offsets
+        self._clients = clients
+        self._pull_holds = pull_holds
         self._subscription_cache: dict[tuple[str, str | None, str | None], SubscriptionData] = {}
+
+    def register(self, server: RemotingServer) -> None:
+        """Register the PULL_MESSAGE handler on ``server``."""
+        server.register(RequestCode.PULL_MESSAGE, self.handle)
 
     async def handle(
         self, request: RemotingCommand, connection: Connection
@@ -173,13 +220,12 @@ class PullMessageProcessor:
             refusal, record_test = self._sql_filter(request, header, subscription)
             if refusal is not None:
                 return refusal
-        elif self._broker.config.filter_support_retry and header.topic.startswith(
+        elif self._config.filter_support_retry and header.topic.startswith(
             RETRY_GROUP_TOPIC_PREFIX
         ):
             record_test = self._retry_filter(header.consumer_group)
-        broker = self._broker
-        config = broker.config
-        result = broker.store.get_messages(
+        config = self._config
+        result = self._store.get_messages(
             header.topic,
             header.queue_id,
             header.queue_offset,
@@ -200,7 +246,7 @@ class PullMessageProcessor:
             return None  # nothing new matched yet: keep the pull parked
         suggest = group_config.broker_id if config.slave_read_enable else MASTER_ID
         next_begin_offset = result.next_begin_offset
-        is_slave = config.broker_role is BrokerRole.SLAVE
+        is_slave = self._role.is_slave
         if is_slave and code == ResponseCode.PULL_OFFSET_MOVED:
             # A slave may lag its master: its view of the queue is no reason to move the
             # consumer (RocketMQ without offsetCheckInSlave).
@@ -209,7 +255,7 @@ class PullMessageProcessor:
             code, suggest = ResponseCode.PULL_RETRY_IMMEDIATELY, MASTER_ID
         first = mode is PullMode.FIRST
         if first and header.sys_flag & PULL_FLAG_COMMIT_OFFSET and not is_slave:
-            self._services.consumer_offset_manager.commit_offset(
+            self._offsets.commit_offset(
                 header.consumer_group, header.topic, header.queue_id, header.commit_offset
             )
         if (
@@ -221,10 +267,10 @@ class PullMessageProcessor:
                 header.suspend_timeout_millis if config.long_polling_enable
                 else config.short_polling_time_ms
             )
-            hold = self._services.pull_hold_service
+            hold = self._pull_holds
             parked = hold.park(
                 request, connection, header.topic, header.queue_id, header.queue_offset,
-                min(max(timeout_ms, 0), SUSPEND_TIMEOUT_MAX_MS),
+                min(max(timeout_ms, 0), SUSPEND_TIMEOUT_MAX_MS), self.process,
             )
             if parked:
                 return None
@@ -240,7 +286,7 @@ class PullMessageProcessor:
             max_offset=result.max_offset,
         )
         if code == ResponseCode.SUCCESS:
-            self._services.record_get(result.message_count)
+            self._stats.record_get(result.message_count)
             return RemotingCommand.response_to(
                 request, code, remark=result.status.value,
                 ext_fields=response_header.to_ext_fields(), body=result.body,
@@ -256,18 +302,17 @@ class PullMessageProcessor:
         self, request: RemotingCommand, connection: Connection, header: PullMessageRequestHeader
     ) -> tuple[RemotingCommand | None, SubscriptionData | None, object | None]:
         """RocketMQ's pre-checks in order: (refusal, None, None) or (None, subscription, group)."""
-        broker = self._broker
-        config = broker.config
+        config = self._config
         group = header.consumer_group
         topic = header.topic
         if not config.is_readable:
             return _error(
                 request, ResponseCode.NO_PERMISSION,
-                f"the broker {broker.broker_address} does not allow pulls "
+                f"the broker {self._identity.address} does not allow pulls "
                 f"(brokerPermission={config.broker_permission} lacks read 4); set "
                 "brokerPermission=6",
             ), None, None
-        group_manager = self._services.subscription_group_manager
+        group_manager = self._groups
         group_config = group_manager.find_subscription_group_config(group)
         if group_config is None:
             return _error(
@@ -282,7 +327,7 @@ class PullMessageProcessor:
                 f"subscription group {group} may not consume (consumeEnable=false); enable it "
                 "with `tidemq admin updateSubGroup`",
             ), None, None
-        topic_config = broker.topic_config_manager.get(topic)
+        topic_config = self._topics.get(topic)
         if topic_config is None:
             return _error(
                 request, ResponseCode.TOPIC_NOT_EXIST,
@@ -306,7 +351,7 @@ class PullMessageProcessor:
         if header.sys_flag & PULL_FLAG_SUBSCRIPTION:
             subscription = self._subscription_from_header(header)
         else:
-            consumers = self._services.consumer_manager
+            consumers = self._clients.consumers
             info = consumers.get(group)
             if info is None:
                 return _error(
@@ -351,7 +396,7 @@ class PullMessageProcessor:
                 f"expression type {kind!r} of the subscription to {subscription.topic} is "
                 "unknown; use TAG or SQL92",
             )
-        if not self._broker.config.enable_property_filter:
+        if not self._config.enable_property_filter:
             return _error(
                 request, ResponseCode.SYSTEM_ERROR,
                 "SQL92 filter is not enabled (set enablePropertyFilter=true)",
@@ -365,7 +410,7 @@ class PullMessageProcessor:
         subscription: SubscriptionData,
     ) -> tuple[RemotingCommand | None, RecordTest | None]:
         """The group's compiled SQL92 filter of the topic, or the refusal (step 10)."""
-        table = self._services.consumer_filter_table
+        table = self._clients.filters
         group = header.consumer_group
         from_header = bool(header.sys_flag & PULL_FLAG_SUBSCRIPTION)
         data = table.get(group, header.topic)
@@ -394,10 +439,10 @@ class PullMessageProcessor:
     def _retry_filter(self, group: str) -> RecordTest | None:
         """filterSupportRetry: test retried messages against the group's SQL92 filter of the
         topic each was first sent to; None when the group has no SQL92 subscription."""
-        info = self._services.consumer_manager.get(group)
+        info = self._clients.consumers.get(group)
         if info is None:
             return None
-        table = self._services.consumer_filter_table
+        table = self._clients.filters
         filters: dict[str, RecordTest] = {}
         for topic, subscription in info.subscriptions.items():
             if subscription.expression_type != EXPRESSION_TYPE_SQL92:

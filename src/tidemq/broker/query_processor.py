@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tidemq.errors import HeaderFieldError
-from tidemq.protocol.codes import ResponseCode
+from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import (
     QueryMessageRequestHeader,
@@ -26,8 +26,10 @@ from tidemq.protocol.headers import (
 )
 
 if TYPE_CHECKING:
-    from tidemq.broker.consumption import ConsumptionServices
+    from tidemq.broker.config import BrokerConfig
     from tidemq.remoting.connection import Connection
+    from tidemq.remoting.server import RemotingServer
+    from tidemq.store.interface import MessageStore
 
 # One QUERY_MESSAGE answers at most this many records whatever maxNum says: the index walk
 # and the response are bounded, and RocketMQ's admin tools ask 64 by default.
@@ -37,8 +39,14 @@ QUERY_MESSAGE_MAX_NUM = 1024
 class QueryMessageProcessor:
     """Serves QUERY_MESSAGE and VIEW_MESSAGE_BY_ID."""
 
-    def __init__(self, services: ConsumptionServices) -> None:
-        self._broker = services.broker
+    def __init__(self, *, config: BrokerConfig, store: MessageStore) -> None:
+        self._config = config
+        self._store = store
+
+    def register(self, server: RemotingServer) -> None:
+        """Register QUERY_MESSAGE and VIEW_MESSAGE_BY_ID on ``server``."""
+        server.register(RequestCode.QUERY_MESSAGE, self.query_message)
+        server.register(RequestCode.VIEW_MESSAGE_BY_ID, self.view_message_by_id)
 
     async def query_message(
         self, request: RemotingCommand, connection: Connection
@@ -50,9 +58,9 @@ class QueryMessageProcessor:
             return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
         max_num = header.max_num
         if header.unique_key_query:
-            max_num = self._broker.config.default_query_max_num
+            max_num = self._config.default_query_max_num
         max_num = min(max(max_num, 1), QUERY_MESSAGE_MAX_NUM)
-        result = self._broker.store.query_messages(
+        result = self._store.query_messages(
             header.topic, header.key, max_num, header.begin_timestamp, header.end_timestamp
         )
         response_header = QueryMessageResponseHeader(
@@ -82,9 +90,9 @@ class QueryMessageProcessor:
             header = ViewMessageRequestHeader.from_ext_fields(request.ext_fields)
         except HeaderFieldError as e:
             return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
-        record = self._broker.store.read_message(header.offset) if header.offset >= 0 else None
+        record = self._store.read_message(header.offset) if header.offset >= 0 else None
         if record is None:
-            store = self._broker.store
+            store = self._store
             return _error(
                 request, ResponseCode.SYSTEM_ERROR,
                 f"can not find message by the offset, {header.offset}: no record starts there "

@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import datetime
 import shutil
+import struct
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tidemq.protocol.codes import TIDEMQ_VERSION
+from tidemq.protocol.message import POSITION_SYSFLAG, store_timestamp_position
 
 if TYPE_CHECKING:
-    from tidemq.broker.controller import BrokerController
+    from tidemq.store.interface import MessageStore
 
 # The version we speak (V4_9_8), so admin tools show what they would for that broker.
 BROKER_VERSION_DESC = "V4_9_8"
@@ -36,6 +38,9 @@ BROKER_VERSION_DESC = "V4_9_8"
 SAMPLE_INTERVAL_MS = 1000
 TPS_WINDOWS_S = (10, 60, 600)
 _SAMPLES_MAX = TPS_WINDOWS_S[-1] + 2
+
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
 
 
 # A sample is (at_ms, put, get_found, get_miss, get_transferred); counters index into it.
@@ -173,10 +178,9 @@ def human_bytes(count: int) -> str:
         index += 1
 
 
-def runtime_info(broker: BrokerController) -> dict[str, str]:
-    """The GET_BROKER_RUNTIME_INFO table of ``broker``: RocketMQ's keys, string values."""
-    stats: BrokerStats = broker.stats
-    store = broker.store
+def runtime_info(stats: BrokerStats, store: MessageStore, store_root_dir: str) -> dict[str, str]:
+    """The GET_BROKER_RUNTIME_INFO table of a broker with these counters and this store
+    (under ``store_root_dir``): RocketMQ's keys, string values."""
     table = {
         "brokerVersionDesc": BROKER_VERSION_DESC,
         "brokerVersion": str(TIDEMQ_VERSION),
@@ -204,13 +208,22 @@ def runtime_info(broker: BrokerController) -> dict[str, str]:
         "getTransferedTps": stats.tps("get_transferred"),  # sic: RocketMQ's spelling
         "commitLogMinOffset": str(store.commit_log_min_offset()),
         "commitLogMaxOffset": str(store.commit_log_max_offset()),
-        "earliestMessageTimeStamp": str(broker.earliest_commit_log_time_ms()),
+        "earliestMessageTimeStamp": str(earliest_commit_log_time_ms(store)),
         "startAcceptSendRequestTimeStamp": "0",
     }
-    capacity = _disk_capacity(broker.store_config.store_path_root_dir)
+    capacity = _disk_capacity(store_root_dir)
     if capacity is not None:
         table["commitLogDirCapacity"] = capacity
     return table
+
+
+def earliest_commit_log_time_ms(store: MessageStore) -> int:
+    """Store time of the oldest record still in the commit log; 0 when it is empty."""
+    record = store.read_message(store.commit_log_min_offset())
+    if record is None or len(record) < 64:
+        return 0
+    sysflag = _INT32.unpack_from(record, POSITION_SYSFLAG)[0]
+    return _INT64.unpack_from(record, store_timestamp_position(sysflag))[0]
 
 
 def _disk_capacity(path: str) -> str | None:

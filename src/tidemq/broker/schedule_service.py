@@ -64,7 +64,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tidemq.broker.config import BrokerRole
 from tidemq.broker.delay_offset_manager import DelayOffsetManager
 from tidemq.errors import RemoteProtocolError
 from tidemq.protocol.message import (
@@ -85,7 +84,10 @@ from tidemq.store.interface import GetStatus, PutStatus, StoreMessage
 from tidemq.store.record_encoder import delivery_tag_code
 
 if TYPE_CHECKING:
-    from tidemq.broker.controller import BrokerController
+    from tidemq.broker.config import BrokerConfig
+    from tidemq.broker.role import ReplicationRole
+    from tidemq.store.config import StoreConfig
+    from tidemq.store.interface import MessageStore
 
 log = logging.getLogger("tidemq.broker")
 
@@ -180,8 +182,11 @@ class ScheduleMessageService:
     """The delay levels' timers and their progress (see the module docstring).
 
     Args:
-        broker: the BrokerController (``store``, ``store_config``, ``config``,
-            ``config_dir``).
+        config: messageDelayLevel as the broker read it (checked against the store's).
+        store_config: the store's delay levels and commit-log segment size.
+        store: where scheduled messages wait and are delivered.
+        role: a slave starts no timers.
+        config_dir: where delayOffset.json lives.
         clock_ms: wall-clock milliseconds; tests inject one to make messages due.
 
     Raises:
@@ -189,24 +194,32 @@ class ScheduleMessageService:
     """
 
     def __init__(
-        self, broker: BrokerController, *, clock_ms: Callable[[], int] | None = None
+        self,
+        *,
+        config: BrokerConfig,
+        store_config: StoreConfig,
+        store: MessageStore,
+        role: ReplicationRole,
+        config_dir: Path,
+        clock_ms: Callable[[], int] | None = None,
     ) -> None:
-        self._broker = broker
-        self._store = broker.store
+        self._store_config = store_config
+        self._store = store
+        self._role = role
         # Public so a test can swap in a fake clock after the controller built us.
         self.clock_ms: Callable[[], int] = clock_ms or wall_clock_ms
         # The store's table decides the tag codes, so due times come from the same one.
-        self._delay_level_ms = broker.store_config.delay_level_ms()
+        self._delay_level_ms = store_config.delay_level_ms()
         self.level_count = len(self._delay_level_ms)
-        if broker.config.delay_level_count() != self.level_count:
+        if config.delay_level_count() != self.level_count:
             log.warning(
                 "messageDelayLevel differs between the broker (%d levels) and the store "
                 "(%d levels); the store's %r is used for delays",
-                broker.config.delay_level_count(),
+                config.delay_level_count(),
                 self.level_count,
-                broker.store_config.message_delay_level,
+                store_config.message_delay_level,
             )
-        self._offsets = DelayOffsetManager(Path(broker.config_dir) / DelayOffsetTable.file_name)
+        self._offsets = DelayOffsetManager(Path(config_dir) / DelayOffsetTable.file_name)
         self._tasks: list[asyncio.Task[None]] = []
         self._wake: dict[int, asyncio.Event] = {}
         self._idle: set[int] = set()
@@ -229,7 +242,7 @@ class ScheduleMessageService:
         self._started = True
         await asyncio.to_thread(self.recover_deliveries)
         await self.persist()
-        if self._broker.config.broker_role is BrokerRole.SLAVE:
+        if self._role.is_slave:
             return
         loop = asyncio.get_running_loop()
         self._loop = loop
@@ -431,7 +444,7 @@ class ScheduleMessageService:
                 start, end,
             )
             return 0
-        segment_size = self._broker.store_config.mapped_file_size_commit_log
+        segment_size = self._store_config.mapped_file_size_commit_log
         position = max(start, store.commit_log_min_offset())
         moved: set[int] = set()
         while position < end:

@@ -42,7 +42,7 @@ import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tidemq.broker.config import PERM_READ, PERM_WRITE, BrokerRole
+from tidemq.broker.config import PERM_READ, PERM_WRITE
 from tidemq.broker.schedule_service import PROPERTY_DELAY_QUEUE_OFFSET, redirect_delayed
 from tidemq.broker.topic_config_manager import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -67,9 +67,14 @@ from tidemq.store.config_tables import SubscriptionGroupConfig
 from tidemq.store.interface import StoreMessage
 
 if TYPE_CHECKING:
-    from tidemq.broker.controller import BrokerController
+    from tidemq.broker.config import BrokerConfig
+    from tidemq.broker.identity import BrokerIdentity
+    from tidemq.broker.role import ReplicationRole
+    from tidemq.broker.schedule_service import ScheduleMessageService
+    from tidemq.broker.subscription_group_manager import SubscriptionGroupManager
     from tidemq.remoting.connection import Connection
     from tidemq.remoting.server import RemotingServer
+    from tidemq.store.interface import MessageStore
 
 log = logging.getLogger("tidemq.broker")
 
@@ -139,10 +144,36 @@ class SendBackRefused(Exception):
 
 
 class SendBackProcessor:
-    """Serves CONSUMER_SEND_MSG_BACK for one broker."""
+    """Serves CONSUMER_SEND_MSG_BACK for one broker.
 
-    def __init__(self, broker: BrokerController) -> None:
-        self._broker = broker
+    Args:
+        config: brokerPermission, brokerName (remarks).
+        store: read for the consumed message, written for its retry copy.
+        identity: the broker's address (remarks).
+        role: a slave refuses send-backs.
+        topics: retry and dead-letter topics are created on first use.
+        groups: the group's retry queues and max reconsume times.
+        schedule: the delay levels' count (a retry waits in SCHEDULE_TOPIC_XXXX).
+    """
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        store: MessageStore,
+        identity: BrokerIdentity,
+        role: ReplicationRole,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        schedule: ScheduleMessageService,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._identity = identity
+        self._role = role
+        self._topics = topics
+        self._groups = groups
+        self._schedule = schedule
         self._random = random.Random()
 
     def register(self, server: RemotingServer) -> None:
@@ -165,11 +196,10 @@ class SendBackProcessor:
         header: ConsumerSendMsgBackRequestHeader,
         request: RemotingCommand,
     ) -> None:
-        broker = self._broker
-        config = broker.config
+        config = self._config
         group = header.group
         self._check_writable(group)
-        group_config = broker.subscription_group_manager.find_subscription_group_config(group)
+        group_config = self._groups.find_subscription_group_config(group)
         if group_config is None:
             raise SendBackRefused(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -184,7 +214,7 @@ class SendBackProcessor:
                      group, group_config.retry_queue_nums, header.offset)
             return
         retry_topic = RETRY_GROUP_TOPIC_PREFIX + group
-        topic_config = broker.topic_config_manager.create_topic_for_send_back(
+        topic_config = self._topics.create_topic_for_send_back(
             retry_topic,
             group_config.retry_queue_nums,
             RETRY_PERM,
@@ -206,7 +236,7 @@ class SendBackProcessor:
         if header.delay_level < 0 or dead_letter_due(
             message.reconsume_times, max_reconsume_times
         ):
-            message.topic = dead_letter_topic_for(broker.topic_config_manager, group)
+            message.topic = dead_letter_topic_for(self._topics, group)
             message.queue_id = self._random.randrange(DLQ_QUEUE_NUMS)
             properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
             log.info(
@@ -220,8 +250,8 @@ class SendBackProcessor:
             message.queue_id = self._random.randrange(group_config.retry_queue_nums)
             delay_level = header.delay_level or RETRY_DELAY_LEVEL_BASE + consumed.reconsume_times
             properties[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
-            message = redirect_delayed(message, broker.schedule_service.level_count)
-        result = broker.store.put_message(message)
+            message = redirect_delayed(message, self._schedule.level_count)
+        result = self._store.put_message(message)
         if not result.ok:
             raise SendBackRefused(
                 ResponseCode.SYSTEM_ERROR,
@@ -231,32 +261,27 @@ class SendBackProcessor:
             )
 
     def _check_writable(self, group: str) -> None:
-        broker = self._broker
-        config = broker.config
-        if config.broker_role is BrokerRole.SLAVE:
-            raise SendBackRefused(
-                ResponseCode.SERVICE_NOT_AVAILABLE,
-                f"broker {config.broker_name} at {broker.broker_address} is a slave "
-                f"(brokerRole=SLAVE) and takes no send-backs; group {group} must send the "
-                "message back to its master",
-            )
+        config = self._config
+        refusal = self._role.write_refusal(f"send-backs (group {group})")
+        if refusal is not None:
+            raise SendBackRefused(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
         if not config.broker_permission & PERM_WRITE:
             raise SendBackRefused(
                 ResponseCode.NO_PERMISSION,
-                f"broker {config.broker_name} at {broker.broker_address} is not writable "
+                f"broker {config.broker_name} at {self._identity.address} is not writable "
                 f"(brokerPermission={config.broker_permission}); group {group} cannot send "
                 "messages back until write permission is given back (brokerPermission=6)",
             )
 
     def _look_up(self, header: ConsumerSendMsgBackRequestHeader) -> MessageExt:
-        broker = self._broker
-        record = broker.store.read_message(header.offset) if header.offset >= 0 else None
+        store = self._store
+        record = store.read_message(header.offset) if header.offset >= 0 else None
         if record is None:
             raise SendBackRefused(
                 ResponseCode.SYSTEM_ERROR,
                 f"no message starts at commit-log offset {header.offset} on broker "
-                f"{broker.config.broker_name} (group {header.group}); it may have expired "
-                f"(the log now starts at {broker.store.commit_log_min_offset()}), or the "
+                f"{self._config.broker_name} (group {header.group}); it may have expired "
+                f"(the log now starts at {store.commit_log_min_offset()}), or the "
                 "offset is not a message's commitLogOffset",
             )
         try:

@@ -51,7 +51,7 @@ import random
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
-from tidemq.broker.config import PERM_READ, PERM_WRITE, BrokerRole
+from tidemq.broker.config import PERM_READ, PERM_WRITE
 from tidemq.broker.schedule_service import redirect_delayed
 from tidemq.broker.send_back_processor import (
     DLQ_QUEUE_NUMS,
@@ -92,9 +92,18 @@ from tidemq.store.batch_properties import merge_batch_properties
 from tidemq.store.interface import MessageBatch, PutResult, PutStatus, StoreMessage
 
 if TYPE_CHECKING:
-    from tidemq.broker.controller import BrokerController
+    from tidemq.broker.config import BrokerConfig
+    from tidemq.broker.identity import BrokerIdentity
+    from tidemq.broker.role import ReplicationRole
+    from tidemq.broker.runtime_info import BrokerStats
+    from tidemq.broker.schedule_service import ScheduleMessageService
+    from tidemq.broker.subscription_group_manager import SubscriptionGroupManager
+    from tidemq.broker.topic_config_manager import TopicConfigManager
+    from tidemq.broker.transaction.service import TransactionService
     from tidemq.remoting.connection import Connection
     from tidemq.remoting.server import RemotingServer
+    from tidemq.store.config import StoreConfig
+    from tidemq.store.interface import MessageStore
 
 log = logging.getLogger("tidemq.broker")
 
@@ -140,7 +149,9 @@ class SendRefused(Exception):
         self.remark = remark
 
 
-def redirect_special_delivery(message: StoreMessage, broker: BrokerController) -> StoreMessage:
+def redirect_special_delivery(
+    message: StoreMessage, transactions: TransactionService, delay_level_count: int
+) -> StoreMessage:
     """The hook where delayed and transactional messages are rerouted before storing.
 
     - DELAY level > 0 (not a half message): topic and queue saved in REAL_TOPIC / REAL_QID,
@@ -149,26 +160,62 @@ def redirect_special_delivery(message: StoreMessage, broker: BrokerController) -
       which only the delay scheduler may write, is dropped from every message;
     - TRAN_MSG=true: stored as a transaction half in RMQ_SYS_TRANS_HALF_TOPIC queue 0, with
       REAL_TOPIC / REAL_QID saved and the transaction bits of the sysflag cleared
-      (``broker.transaction_service.prepare``); a half is never delayed (a DELAY applies to
+      (``TransactionService.prepare``); a half is never delayed (a DELAY applies to
       the message its commit stores).
 
     Raises:
         SendRefused: DELAY is not an integer (MESSAGE_ILLEGAL).
     """
-    half = broker.transaction_service.prepare(message)
+    half = transactions.prepare(message)
     if half is not message:
         return half
     try:
-        return redirect_delayed(message, broker.schedule_service.level_count)
+        return redirect_delayed(message, delay_level_count)
     except ValueError as exc:
         raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
 
 
 class SendMessageProcessor:
-    """Serves the three send codes for one broker."""
+    """Serves the three send codes for one broker.
 
-    def __init__(self, broker: BrokerController) -> None:
-        self._broker = broker
+    Args:
+        config: brokerPermission, brokerName, brokerClusterName, regionId, traceOn,
+            autoCreateTopicEnable.
+        store_config: maxMessageSize, syncFlushTimeout.
+        store: where messages are put.
+        identity: the broker's address (remarks).
+        role: a slave refuses sends.
+        stats: put counters.
+        topics: topics found or created on send.
+        groups: a send to a retry topic reads its group's max reconsume times.
+        schedule: the delay levels' count (delayed messages wait in SCHEDULE_TOPIC_XXXX).
+        transactions: stores transactional sends as half messages.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        store_config: StoreConfig,
+        store: MessageStore,
+        identity: BrokerIdentity,
+        role: ReplicationRole,
+        stats: BrokerStats,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        schedule: ScheduleMessageService,
+        transactions: TransactionService,
+    ) -> None:
+        self._config = config
+        self._store_config = store_config
+        self._store = store
+        self._identity = identity
+        self._role = role
+        self._stats = stats
+        self._topics = topics
+        self._groups = groups
+        self._schedule = schedule
+        self._transactions = transactions
         self._random = random.Random()
 
     def register(self, server: RemotingServer) -> None:
@@ -232,7 +279,7 @@ class SendMessageProcessor:
         return responses
 
     def _response_fields(self) -> dict[str, str]:
-        config = self._broker.config
+        config = self._config
         return {
             PROPERTY_MSG_REGION: config.region_id,
             PROPERTY_TRACE_SWITCH: "true" if config.trace_on else "false",
@@ -244,23 +291,19 @@ class SendMessageProcessor:
         self, header: SendMessageRequestHeader, body_length: int, connection: Connection
     ) -> TopicConfig:
         """Run checks 2-6 of the module docstring; return the topic's config."""
-        broker = self._broker
-        config = broker.config
+        config = self._config
         topic = header.topic
-        if config.broker_role is BrokerRole.SLAVE:
-            raise SendRefused(
-                ResponseCode.SERVICE_NOT_AVAILABLE,
-                f"broker {config.broker_name} at {broker.broker_address} is a slave "
-                f"(brokerRole=SLAVE) and takes no sends; send topic {topic} to its master",
-            )
+        refusal = self._role.write_refusal(f"sends (topic {topic})")
+        if refusal is not None:
+            raise SendRefused(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
         if not config.broker_permission & PERM_WRITE:
             raise SendRefused(
                 ResponseCode.NO_PERMISSION,
-                f"broker {config.broker_name} at {broker.broker_address} is not writable "
+                f"broker {config.broker_name} at {self._identity.address} is not writable "
                 f"(brokerPermission={config.broker_permission}); sending to topic {topic} is "
                 "forbidden until write permission is given back (brokerPermission=6)",
             )
-        size_max = broker.store_config.max_message_size
+        size_max = self._store_config.max_message_size
         if body_length > size_max:
             raise SendRefused(
                 ResponseCode.MESSAGE_ILLEGAL,
@@ -306,7 +349,7 @@ class SendMessageProcessor:
     def _find_or_create_topic(
         self, header: SendMessageRequestHeader, connection: Connection
     ) -> TopicConfig:
-        manager = self._broker.topic_config_manager
+        manager = self._topics
         topic = header.topic
         topic_config = manager.get(topic)
         if topic_config is not None:
@@ -323,7 +366,7 @@ class SendMessageProcessor:
         )
         if topic_config is not None:
             return topic_config
-        config = self._broker.config
+        config = self._config
         if not config.auto_create_topic_enable:
             how = "or set autoCreateTopicEnable=true on the broker"
         else:
@@ -349,7 +392,7 @@ class SendMessageProcessor:
     ) -> _Stored:
         single = self._prepare_single(header, request, connection, 0)
         started = time.monotonic()
-        result = self._broker.store.put_message(single.message)
+        result = self._store.put_message(single.message)
         self._count(result, single.body_bytes, started)
         return _Stored(result, single.wait, single.queue_id)
 
@@ -360,9 +403,9 @@ class SendMessageProcessor:
         if not singles:
             return
         started = time.monotonic()
-        results = self._broker.store.put_message_group([single.message for single in singles])
+        results = self._store.put_message_group([single.message for single in singles])
         elapsed_ms = int((time.monotonic() - started) * 1000)
-        stats = self._broker.stats
+        stats = self._stats
         for single, result in zip(singles, results, strict=True):
             if result.status is PutStatus.PUT_OK:
                 stats.record_put(1, single.body_bytes, elapsed_ms)
@@ -383,14 +426,13 @@ class SendMessageProcessor:
         Raises:
             SendRefused: a check failed.
         """
-        broker = self._broker
         body = request.body or b""
         topic_config = self._check(header, len(body), connection)
         properties = decode_properties(header.properties) if header.properties else {}
         wait = _wait_store_msg_ok(properties.pop(PROPERTY_WAIT_STORE_MSG_OK, None))
         if not properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
             properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = new_unique_key()
-        properties[PROPERTY_CLUSTER] = broker.config.broker_cluster_name
+        properties[PROPERTY_CLUSTER] = self._config.broker_cluster_name
         topic = header.topic
         queue_id = self._queue_id(header, topic_config)
         reconsume_times = header.reconsume_times or 0
@@ -412,7 +454,9 @@ class SendMessageProcessor:
             born_host=connection.remote_address,
             reconsume_times=reconsume_times,
         )
-        message = redirect_special_delivery(message, broker)
+        message = redirect_special_delivery(
+            message, self._transactions, self._schedule.level_count
+        )
         # The response names the producer's queue, even when the message is delayed.
         return _Single(message, wait, queue_id, len(body), position)
 
@@ -430,12 +474,12 @@ class SendMessageProcessor:
         back re-sends it with its reconsume times + 1); the rule is the send-back's. A dead
         letter loses its DELAY (removed from ``properties``)."""
         group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
-        group_config = self._broker.subscription_group_manager.find_subscription_group_config(group)
+        group_config = self._groups.find_subscription_group_config(group)
         if group_config is None:
             raise SendRefused(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"subscription group {group} does not exist on broker "
-                f"{self._broker.config.broker_name}; create it with tidemq admin updateSubGroup "
+                f"{self._config.broker_name}; create it with tidemq admin updateSubGroup "
                 "or set autoCreateSubscriptionGroup=true",
             )
         max_reconsume_times = max_reconsume_times_of(
@@ -443,7 +487,7 @@ class SendMessageProcessor:
         )
         if not dead_letter_due(reconsume_times, max_reconsume_times):
             return header.topic, queue_id
-        dead_letter_topic = dead_letter_topic_for(self._broker.topic_config_manager, group)
+        dead_letter_topic = dead_letter_topic_for(self._topics, group)
         properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
         log.info(
             "message of group %s reconsumed %d times (max %d): stored in %s",
@@ -459,7 +503,6 @@ class SendMessageProcessor:
     def _put_batch(
         self, header: SendMessageRequestHeader, request: RemotingCommand, connection: Connection
     ) -> _Stored:
-        broker = self._broker
         body = request.body or b""
         topic = header.topic
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -485,7 +528,7 @@ class SendMessageProcessor:
                 ResponseCode.MESSAGE_ILLEGAL, f"batch for topic {topic} holds no messages"
             )
         wait = _wait_store_msg_ok(batch_properties.pop(PROPERTY_WAIT_STORE_MSG_OK, None))
-        batch_properties[PROPERTY_CLUSTER] = broker.config.broker_cluster_name
+        batch_properties[PROPERTY_CLUSTER] = self._config.broker_cluster_name
         queue_id = self._queue_id(header, topic_config)
         sysflag = header.sys_flag
         if topic_config.topic_filter_type == MULTI_TAG:
@@ -493,7 +536,7 @@ class SendMessageProcessor:
         born_host = connection.remote_address
         born_timestamp = header.born_timestamp
         reconsume_times = header.reconsume_times or 0
-        transactions = broker.transaction_service
+        transactions = self._transactions
         if prepared:
             # Each half keeps its real destination (records.py); set with the batch's
             # properties, it has the same place in the stored text on both paths below.
@@ -515,7 +558,7 @@ class SendMessageProcessor:
         started = time.monotonic()
         if merged is None:
             result = (transactions.prepare_batch(messages) if prepared
-                      else broker.store.put_messages(messages))
+                      else self._store.put_messages(messages))
         else:
             batch = MessageBatch(
                 topic, queue_id, columns.bodies, merged.properties, columns.flags, merged.tags,
@@ -523,14 +566,14 @@ class SendMessageProcessor:
             )
             result = (transactions.prepare_columns(batch, batch_properties,
                                                    merged.without_dropped) if prepared
-                      else broker.store.put_batch(batch))
+                      else self._store.put_batch(batch))
         self._count(result, body_bytes, started)
         return _Stored(result, wait, queue_id)
 
     # -- response --------------------------------------------------------------------------
 
     def _count(self, result: PutResult, body_bytes: int, started: float) -> None:
-        stats = self._broker.stats
+        stats = self._stats
         if result.status is PutStatus.PUT_OK:
             elapsed_ms = int((time.monotonic() - started) * 1000)
             stats.record_put(result.message_count, body_bytes, elapsed_ms)
@@ -555,13 +598,13 @@ class SendMessageProcessor:
         if code == ResponseCode.FLUSH_DISK_TIMEOUT:
             remark = (
                 "message stored but not flushed to disk within syncFlushTimeout="
-                f"{self._broker.store_config.sync_flush_timeout_ms} ms"
+                f"{self._store_config.sync_flush_timeout_ms} ms"
             )
         return RemotingCommand.response_to(request, code, remark, ext_fields)
 
     async def _wait_durable(self, result: PutResult) -> PutStatus:
         assert result.durable is not None
-        timeout_s = self._broker.store_config.sync_flush_timeout_ms / 1000 + _DURABLE_WAIT_MARGIN_S
+        timeout_s = self._store_config.sync_flush_timeout_ms / 1000 + _DURABLE_WAIT_MARGIN_S
         try:
             # shield: on our timeout the store's future must not be cancelled (its flush
             # thread completes it later).

@@ -3,7 +3,8 @@
 - ``make_broker(**broker_config_overrides, store_kind="memory"|"file", store_overrides=...)``
   builds a ``BrokerController`` (not started) on a ``MemoryMessageStore`` (default) or a
   ``FileMessageStore`` with small segments, in its own tmp dir, listening on port 0 once
-  started. Every broker made is shut down at teardown.
+  started; ``wrap_store=f`` hands the broker ``f(store)`` instead (a test double around it).
+  Every broker made is shut down at teardown.
 - ``broker``: ``make_broker()``.
 - ``handlers``: ``handlers(broker)`` -> a ``HandlerTable`` holding exactly the handlers the
   controller registers on its server; ``await table.ask(request, peer)`` calls the handler
@@ -163,6 +164,7 @@ def make_broker(tmp_path: Path):
         store_kind: str = "memory",
         store_overrides: dict[str, Any] | None = None,
         root: Path | None = None,
+        wrap_store: Callable[[Any], Any] | None = None,
         **overrides: Any,
     ) -> BrokerController:
         overrides.setdefault("listen_port", 0)
@@ -173,6 +175,8 @@ def make_broker(tmp_path: Path):
             store_path_root_dir=str(store_root), store_host=config.broker_address, **settings
         )
         store = make_store(store_kind, store_config)
+        if wrap_store is not None:
+            store = wrap_store(store)
         broker = BrokerController(config, store_config, store=store)
         made.append(broker)
         return broker

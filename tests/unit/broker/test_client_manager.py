@@ -261,7 +261,7 @@ class FakeClock:
 
 def test_silent_member_expires_is_disconnected_and_the_rest_are_notified(broker, run_scenario):
     clock = FakeClock()
-    broker.consumption.clock_ms = clock
+    broker.clients.clock_ms = clock
 
     async def scenario(link, member):
         a, b = member("10.0.0.1@a"), member("10.0.0.2@b")

@@ -215,7 +215,8 @@ def test_subscription_groups_are_persisted_and_reloaded(make_broker, handlers, t
 def test_deleting_a_topic_forgets_its_offsets(setup):
     broker, ask = setup()
     ask(update_request(9))
-    broker.delete_topic(TOPIC)
+    deleted = ask(RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": TOPIC}))
+    assert deleted.code == ResponseCode.SUCCESS, deleted.remark
     assert broker.consumer_offset_manager.query_offset(GROUP, TOPIC, 0) is None
     assert ask(query_request()).ext_fields == {"offset": "0"}
 

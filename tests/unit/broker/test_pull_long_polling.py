@@ -253,7 +253,7 @@ def test_stopping_long_polling_answers_parked_pulls(make_broker, serve):
                     client.invoke(link.address, pull_request(0, suspend_ms=60_000), 30_000)
                 )
                 await wait_until(lambda: hold.parked_count == 1, "the pull parked")
-                await broker.consumption.pull_hold_service.stop()
+                await broker.pull_hold_service.stop()
                 async with asyncio.timeout(WAIT_BOUND_S):
                     response = await pending
                 assert response.code == ResponseCode.PULL_NOT_FOUND

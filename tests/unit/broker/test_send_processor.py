@@ -416,10 +416,10 @@ class GatedStore:
         return getattr(self.inner, name)
 
 
-def test_sync_flush_send_is_answered_only_after_it_is_durable(broker, handlers):
+def test_sync_flush_send_is_answered_only_after_it_is_durable(make_broker, handlers):
+    broker = make_broker(wrap_store=GatedStore)
+    gated = broker.store
     with_topic(broker, "Orders")
-    gated = GatedStore(broker.store)
-    broker.store = gated
 
     async def scenario():
         table = handlers(broker)

@@ -85,7 +85,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from tidemq.broker.config import PERM_READ, PERM_WRITE, BrokerConfig, BrokerRole
+from tidemq.broker.config import PERM_READ, PERM_WRITE, BrokerConfig
 from tidemq.broker.schedule_service import redirect_delayed
 from tidemq.broker.transaction.checker import READ_BYTES_MAX, TransactionChecker
 from tidemq.broker.transaction.end_writer import SUCCESS, EndAnswer, EndWriter
@@ -128,9 +128,11 @@ from tidemq.protocol.message import (
 from tidemq.store.interface import GetStatus, MessageBatch, PutResult, StoreMessage
 
 if TYPE_CHECKING:
-    from tidemq.broker.client_manager import ClientChannel
-    from tidemq.broker.controller import BrokerController
+    from tidemq.broker.client_manager import ClientChannel, ProducerManager
+    from tidemq.broker.role import ReplicationRole
     from tidemq.broker.runtime_info import BrokerStats
+    from tidemq.broker.schedule_service import ScheduleMessageService
+    from tidemq.broker.topic_config_manager import TopicConfigManager
     from tidemq.remoting.server import RemotingServer
     from tidemq.store.interface import MessageStore
 
@@ -215,9 +217,15 @@ class TransactionService:
     """Half messages, END_TRANSACTION and the check service of one broker.
 
     Args:
-        broker: the BrokerController (``store``, ``config``, ``config_dir``, ``stats``,
-            ``topic_config_manager``, ``producer_manager``, ``schedule_service``).
-        settings: timing; by default read from the broker's config.
+        config: the transaction settings' keys (unless ``settings`` is given).
+        store: where halves, op records and committed messages are.
+        role: a slave keeps no transaction state and refuses END_TRANSACTION.
+        stats: committed messages count as puts.
+        topics: the transaction system topics get a config on first use.
+        producers: the producer groups' connections the checks are sent over.
+        schedule: the delay levels' count (a committed message may be delayed).
+        config_dir: where transactionProgress.json and eosCommits.json live.
+        settings: timing; by default read from ``config``.
         clock_ms: wall-clock milliseconds; tests inject one to make halves old.
 
     Raises:
@@ -226,8 +234,15 @@ class TransactionService:
 
     def __init__(
         self,
-        broker: BrokerController,
         *,
+        config: BrokerConfig,
+        store: MessageStore,
+        role: ReplicationRole,
+        stats: BrokerStats,
+        topics: TopicConfigManager,
+        producers: ProducerManager,
+        schedule: ScheduleMessageService,
+        config_dir: Path,
         settings: TransactionSettings | None = None,
         clock_ms: Callable[[], int] | None = None,
     ) -> None:
@@ -235,17 +250,21 @@ class TransactionService:
         from tidemq.broker.transaction.eos_processor import ExactlyOnceProcessor
         from tidemq.broker.transaction.exactly_once import ExactlyOnceService
 
-        self._broker = broker
-        self.store: MessageStore = broker.store
-        self.settings = settings or TransactionSettings.from_broker_config(broker.config)
+        self.store: MessageStore = store
+        self._role = role
+        self._stats = stats
+        self._topics = topics
+        self._producers = producers
+        self._schedule = schedule
+        self.settings = settings or TransactionSettings.from_broker_config(config)
         # Public so a test can swap in a fake clock after the controller built us.
         self.clock_ms: Callable[[], int] = clock_ms or wall_clock_ms
-        self.progress = TransactionProgress(Path(broker.config_dir) / PROGRESS_FILE_NAME)
+        self.progress = TransactionProgress(Path(config_dir) / PROGRESS_FILE_NAME)
         self.progress.prepared.copies_max_bytes = self.settings.commit_cache_bytes
         self.writer = EndWriter(self)
         self.checker = TransactionChecker(self)
         self.end_processor = EndTransactionProcessor(self)
-        self.eos = ExactlyOnceService(self, broker.config_dir)
+        self.eos = ExactlyOnceService(self, config_dir)
         self.eos_processor = ExactlyOnceProcessor(self, self.eos)
         self._restored_below = 0  # halves below this queue offset were stored before start
         self._started_ms = 0
@@ -265,7 +284,7 @@ class TransactionService:
     @property
     def is_slave(self) -> bool:
         """True on a slave broker (no transaction state; END_TRANSACTION is refused)."""
-        return self._broker.config.broker_role is BrokerRole.SLAVE
+        return self._role.is_slave
 
     async def start(self) -> None:
         """Restore the progress (in a worker thread), then start the check and persist tasks."""
@@ -465,7 +484,7 @@ class TransactionService:
         # A commit-type message with DELAY waits in SCHEDULE_TOPIC_XXXX, as in RocketMQ.
         if PROPERTY_DELAY_TIME_LEVEL not in message.properties:
             return message
-        return redirect_delayed(message, self._broker.schedule_service.level_count)
+        return redirect_delayed(message, self._schedule.level_count)
 
     def _forgotten_outcome(self, header: EndTransactionRequestHeader) -> Outcome | None:
         """The outcome of a half that ended too long ago to be remembered: COMMIT when its
@@ -699,7 +718,7 @@ class TransactionService:
     def live_producers(self, group: str) -> list[ClientChannel]:
         """The connected producers of ``group`` (ProducerManager)."""
         return [
-            channel for channel in self._broker.producer_manager.channels(group)
+            channel for channel in self._producers.channels(group)
             if not channel.connection.is_closing
         ]
 
@@ -710,14 +729,14 @@ class TransactionService:
     @property
     def broker_stats(self) -> BrokerStats:
         """The broker's put counters (committed messages count as puts)."""
-        return self._broker.stats
+        return self._stats
 
     def ensure_topic(self, topic: str) -> None:
         """Give a transaction system topic a config (1 queue, read/write) on first use, as
         RocketMQ's transaction bridge does, so admin tools list it."""
         if topic in self._topics_ready:
             return
-        self._broker.topic_config_manager.create_topic_for_send_back(
+        self._topics.create_topic_for_send_back(
             topic, 1, PERM_READ | PERM_WRITE
         )
         self._topics_ready.add(topic)
