@@ -28,6 +28,7 @@ from server_processes import (
     wait_until,
 )
 from tidemq.protocol.command import RemotingCommand
+from tls_certs import Pki, make_test_pki
 
 
 @pytest.fixture
@@ -127,3 +128,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     if report.failed and processes:
         for process in processes:
             report.sections.append((f"tidemq {process.name} logs", process.log_tail()))
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA, server and client certificates made for this test session with ``openssl``
+    (tests/tls_certs.py); never committed keys."""
+    return make_test_pki(tmp_path_factory.mktemp("pki"))

@@ -18,6 +18,7 @@ _CLIENT_EXPORTS = (
     "ClientStateError",
     "ConsumeFrom",
     "ConsumeResult",
+    "Credentials",
     "InvalidMessage",
     "Message",
     "MessageExt",
@@ -35,6 +36,7 @@ _CLIENT_EXPORTS = (
     "TransactionProducer",
     "TransactionSendResult",
     "TransactionState",
+    "tls_context",
 )
 
 __all__ = ["__version__", *_CLIENT_EXPORTS]

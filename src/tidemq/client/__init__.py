@@ -37,6 +37,7 @@ from tidemq.client.producer import Producer
 from tidemq.client.pull_consumer import ConsumeFrom, PullConsumer
 from tidemq.client.push_consumer import PushConsumer
 from tidemq.client.route import BrokerData, ClusterInfo, QueueData, TopicRouteData
+from tidemq.client.security import Credentials, tls_context
 from tidemq.client.transaction_producer import (
     TransactionProducer,
     TransactionSendResult,
@@ -54,6 +55,7 @@ __all__ = [
     "ConsumeOffset",
     "ConsumeResult",
     "ConsumeStats",
+    "Credentials",
     "DeadLetter",
     "InvalidMessage",
     "InvalidSubscription",
@@ -77,4 +79,5 @@ __all__ = [
     "TransactionProducer",
     "TransactionSendResult",
     "TransactionState",
+    "tls_context",
 ]

@@ -34,6 +34,7 @@ from tidemq.client.message import Message, MessageQueue, SendResult
 from tidemq.client.producer import Producer, default_namesrv
 from tidemq.client.queue_keys import message_queue_from_key
 from tidemq.client.route import ClusterInfo, TopicRouteData, parse_cluster_info
+from tidemq.client.security import Credentials, TlsOption
 from tidemq.client.send_back import dead_letter_topic, resend_properties, retry_topic
 from tidemq.client.subscription import parse_tag_expression
 from tidemq.errors import InvalidMessageId, InvalidTopicName
@@ -137,6 +138,8 @@ class Admin(ClientLifecycle):
         namesrv: name server addresses; default $NAMESRV_ADDR or 127.0.0.1:9876.
         request_timeout_ms: timeout of each request.
         instance_name: part of the client id.
+        credentials: ACL keys (``tidemq.Credentials``); every request is signed with them.
+        tls: True, an ``ssl.SSLContext`` (``tidemq.tls_context``) or None for plain TCP.
     """
 
     def __init__(
@@ -145,11 +148,15 @@ class Admin(ClientLifecycle):
         *,
         request_timeout_ms: int = REQUEST_TIMEOUT_MS,
         instance_name: str | None = None,
+        credentials: Credentials | None = None,
+        tls: TlsOption = None,
     ):
         self._instance = ClientInstance(
             namesrv if namesrv is not None else default_namesrv(),
             instance_name=instance_name,
             request_timeout_ms=request_timeout_ms,
+            credentials=credentials,
+            tls=tls,
         )
         self._client_name = "admin client"
 
@@ -711,7 +718,9 @@ class Admin(ClientLifecycle):
         sent: list[tuple[DeadLetter, SendResult]] = []
         progress: dict[MessageQueue, int] = {}
         producer = Producer(DLQ_REDRIVE_PRODUCER_GROUP, self._instance.namesrv_addresses,
-                            request_timeout_ms=self._instance.request_timeout_ms)
+                            request_timeout_ms=self._instance.request_timeout_ms,
+                            credentials=self._instance.credentials,
+                            tls=self._instance.tls_context)
         await producer.start()
         try:
             for letter in chosen:

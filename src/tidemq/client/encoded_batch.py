@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from tidemq.client.errors import BrokerRejected, NoRouteError
 from tidemq.client.instance import REQUEST_TIMEOUT_MS, ClientInstance
 from tidemq.client.message import MessageQueue, SendStatus
+from tidemq.client.security import Credentials, TlsOption
 from tidemq.errors import RemoteProtocolError
 from tidemq.limits import group_name_problem
 from tidemq.protocol.codes import RequestCode, ResponseCode
@@ -64,6 +65,7 @@ class EncodedBatchSender:
         namesrv: name server addresses ``"host:port;host:port"``.
         send_timeout_ms: timeout of one batch request.
         request_timeout_ms: timeout of route lookups.
+        credentials, tls: as for ``tidemq.client.Producer``.
 
     Raises:
         ValueError: a bad group name or name server address.
@@ -71,13 +73,15 @@ class EncodedBatchSender:
 
     def __init__(self, group: str, namesrv: str | Iterable[str], *,
                  send_timeout_ms: int = SEND_TIMEOUT_MS,
-                 request_timeout_ms: int = REQUEST_TIMEOUT_MS) -> None:
+                 request_timeout_ms: int = REQUEST_TIMEOUT_MS,
+                 credentials: Credentials | None = None, tls: TlsOption = None) -> None:
         problem = group_name_problem(group)
         if problem is not None:
             raise ValueError(f"producer {problem}")
         self.group = group
         self.send_timeout_ms = send_timeout_ms
-        self.instance = ClientInstance(namesrv, request_timeout_ms=request_timeout_ms)
+        self.instance = ClientInstance(namesrv, request_timeout_ms=request_timeout_ms,
+                                       credentials=credentials, tls=tls)
 
     async def start(self) -> None:
         """Start route refreshes (idempotent)."""

@@ -30,6 +30,7 @@ from typing import Any
 
 from tidemq.client.errors import BrokerRejected, NameServerUnavailable, NoRouteError
 from tidemq.client.route import MASTER_ID, TopicRouteData, parse_topic_route
+from tidemq.client.security import Credentials, TlsOption, resolve_tls
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
@@ -105,6 +106,9 @@ class ClientInstance:
         poll_name_server_interval_ms: how often cached routes are refreshed.
         heartbeat_broker_interval_ms: how often heartbeats go to every master.
         unit_name: appended to the client id when given (RocketMQ unit mode).
+        credentials: ACL keys; every request to name servers and brokers is signed.
+        tls: connect with TLS (``tidemq.client.security``): True, an ``ssl.SSLContext``,
+            or None/False for plain TCP.
 
     Raises:
         ValueError: a malformed name server address.
@@ -119,6 +123,8 @@ class ClientInstance:
         poll_name_server_interval_ms: int = POLL_NAME_SERVER_INTERVAL_MS,
         heartbeat_broker_interval_ms: int = HEARTBEAT_BROKER_INTERVAL_MS,
         unit_name: str | None = None,
+        credentials: Credentials | None = None,
+        tls: TlsOption = None,
     ):
         self.namesrv_addresses = parse_namesrv_addresses(namesrv)
         self.instance_name = instance_name or default_instance_name()
@@ -129,7 +135,12 @@ class ClientInstance:
         self.request_timeout_ms = request_timeout_ms
         self.poll_name_server_interval_ms = poll_name_server_interval_ms
         self.heartbeat_broker_interval_ms = heartbeat_broker_interval_ms
-        self.remoting = RemotingClient()
+        self.credentials = credentials
+        self.tls_context = resolve_tls(tls)
+        self.remoting = RemotingClient(
+            request_hook=credentials.request_hook() if credentials is not None else None,
+            tls=self.tls_context,
+        )
         self.routes: dict[str, TopicRouteData] = {}
         # Topics to keep refreshing although no route was found yet (a producer writing to a
         # topic the broker auto-creates on the first send).

@@ -58,6 +58,7 @@ from tidemq.client.queue_selection import (
     select_by_sharding_key,
 )
 from tidemq.client.route import TopicRouteData
+from tidemq.client.security import Credentials, TlsOption
 from tidemq.client.trace_data import TRACE_PRODUCER_GROUP, TRACE_TOPIC_DEFAULT
 from tidemq.client.trace_dispatcher import TRACE_BODY_BYTES_MAX, TraceDispatcher
 from tidemq.client.tracer import Tracer
@@ -134,6 +135,8 @@ class Producer(ClientLifecycle):
             fails because of, its trace.
         trace_topic: the trace topic (RocketMQ's customizedTraceTopic); default
             RMQ_SYS_TRACE_TOPIC.
+        credentials: ACL keys (``tidemq.Credentials``); every request is signed with them.
+        tls: True, an ``ssl.SSLContext`` (``tidemq.tls_context``) or None for plain TCP.
 
     Raises:
         ValueError: a bad group name or name server address.
@@ -157,6 +160,8 @@ class Producer(ClientLifecycle):
         heartbeat_broker_interval_ms: int = HEARTBEAT_BROKER_INTERVAL_MS,
         enable_msg_trace: bool = False,
         trace_topic: str | None = None,
+        credentials: Credentials | None = None,
+        tls: TlsOption = None,
     ):
         problem = group_name_problem(group)
         if problem is not None:
@@ -177,6 +182,8 @@ class Producer(ClientLifecycle):
             request_timeout_ms=request_timeout_ms,
             poll_name_server_interval_ms=poll_name_server_interval_ms,
             heartbeat_broker_interval_ms=heartbeat_broker_interval_ms,
+            credentials=credentials,
+            tls=tls,
         )
         self._instance.route_listeners.append(self._route_changed)
         self._instance.heartbeat_sources.append(self._heartbeat_data)
@@ -188,8 +195,10 @@ class Producer(ClientLifecycle):
         self._client_name = f"producer {group!r}"
         namesrv_addresses = self._instance.namesrv_addresses
         self.tracer: Tracer | None = (
-            Tracer(new_trace_dispatcher(namesrv_addresses, trace_topic), group,
-                   self._instance.client_id)
+            Tracer(new_trace_dispatcher(namesrv_addresses, trace_topic,
+                                        credentials=credentials,
+                                        tls=self._instance.tls_context),
+                   group, self._instance.client_id)
             if enable_msg_trace else None
         )
 
@@ -576,10 +585,13 @@ class Producer(ClientLifecycle):
         return [{"groupName": self.group}], []
 
 
-def new_trace_dispatcher(namesrv: str | Iterable[str], topic: str | None) -> TraceDispatcher:
+def new_trace_dispatcher(namesrv: str | Iterable[str], topic: str | None, *,
+                         credentials: Credentials | None = None,
+                         tls: TlsOption = None) -> TraceDispatcher:
     """A dispatcher writing to ``topic`` (default RMQ_SYS_TRACE_TOPIC) through a producer of
-    its own (group ``_INNER_TRACE_PRODUCER``), started at its first write so that a
-    missing name server delays traces, never the traced client's start."""
+    its own (group ``_INNER_TRACE_PRODUCER``, signing and TLS as the traced client), started
+    at its first write so that a missing name server delays traces, never the traced
+    client's start."""
     sender = _TraceSender(Producer(
         TRACE_PRODUCER_GROUP, namesrv,
         instance_name=f"tidemq-trace-{os.getpid()}-{next(_trace_producers)}",
@@ -587,6 +599,8 @@ def new_trace_dispatcher(namesrv: str | Iterable[str], topic: str | None) -> Tra
         # client more CPU than making the records.
         compress_over_bytes=TRACE_BODY_BYTES_MAX + 1,
         retry_times_when_send_failed=0,
+        credentials=credentials,
+        tls=tls,
     ))
     return TraceDispatcher(topic or TRACE_TOPIC_DEFAULT, sender.send, sender.producer.close)
 

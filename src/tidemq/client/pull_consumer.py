@@ -65,6 +65,7 @@ from tidemq.client.message import MessageQueue, PullResult, PullStatus
 from tidemq.client.producer import default_namesrv
 from tidemq.client.rebalance import allocate_averagely
 from tidemq.client.rebalance_trigger import RebalanceTrigger
+from tidemq.client.security import Credentials, TlsOption
 from tidemq.client.subscription import (
     EXPRESSION_TYPE_TAG,
     Subscription,
@@ -221,6 +222,7 @@ class PullConsumer(ClientLifecycle):
         instance_name: part of the client id.
         request_timeout_ms: timeout of non-pull requests.
         poll_name_server_interval_ms / heartbeat_broker_interval_ms: as for ``Producer``.
+        credentials, tls: as for ``Producer``.
 
     Raises:
         ValueError: a bad group name, name server address or option.
@@ -245,6 +247,8 @@ class PullConsumer(ClientLifecycle):
         request_timeout_ms: int = REQUEST_TIMEOUT_MS,
         poll_name_server_interval_ms: int = POLL_NAME_SERVER_INTERVAL_MS,
         heartbeat_broker_interval_ms: int = HEARTBEAT_BROKER_INTERVAL_MS,
+        credentials: Credentials | None = None,
+        tls: TlsOption = None,
     ):
         problem = group_name_problem(group)
         if problem is not None:
@@ -275,6 +279,8 @@ class PullConsumer(ClientLifecycle):
             request_timeout_ms=request_timeout_ms,
             poll_name_server_interval_ms=poll_name_server_interval_ms,
             heartbeat_broker_interval_ms=heartbeat_broker_interval_ms,
+            credentials=credentials,
+            tls=tls,
         )
         self._instance.heartbeat_sources.append(self._heartbeat_data)
         self._instance.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,

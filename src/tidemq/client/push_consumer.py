@@ -99,6 +99,7 @@ from tidemq.client.pull_consumer import (
 from tidemq.client.push_rebalance import PushRebalance
 from tidemq.client.rebalance import AllocationStrategy, allocation_strategy
 from tidemq.client.rebalance_trigger import RebalanceTrigger
+from tidemq.client.security import Credentials, TlsOption
 from tidemq.client.send_back import CLIENT_INNER_PRODUCER_GROUP, SendBack, retry_topic
 from tidemq.client.subscription import (
     EXPRESSION_TYPE_TAG,
@@ -191,6 +192,7 @@ class PushConsumer(ClientLifecycle):
             call (who consumed which message, when, how long, with what outcome), in the
             background (RocketMQ's enableMsgTrace; docs/monitoring.md).
         trace_topic: the trace topic; default RMQ_SYS_TRACE_TOPIC.
+        credentials, tls: as for ``Producer`` (the consumer's inner producer uses them too).
 
     Raises:
         ValueError: a bad group name, name server address or option.
@@ -226,6 +228,8 @@ class PushConsumer(ClientLifecycle):
         heartbeat_broker_interval_ms: int = HEARTBEAT_BROKER_INTERVAL_MS,
         enable_msg_trace: bool = False,
         trace_topic: str | None = None,
+        credentials: Credentials | None = None,
+        tls: TlsOption = None,
     ):
         problem = group_name_problem(group)
         if problem is not None:
@@ -276,6 +280,8 @@ class PushConsumer(ClientLifecycle):
             request_timeout_ms=request_timeout_ms,
             poll_name_server_interval_ms=poll_name_server_interval_ms,
             heartbeat_broker_interval_ms=heartbeat_broker_interval_ms,
+            credentials=credentials,
+            tls=tls,
         )
         self.instance.heartbeat_sources.append(self._heartbeat_data)
         self.instance.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
@@ -303,8 +309,10 @@ class PushConsumer(ClientLifecycle):
         self._client_name = f"consumer {group!r}"
         self.start_timestamp_ms = 0  # wall-clock ms of start(), for running-info reports
         self.tracer: Tracer | None = (
-            Tracer(new_trace_dispatcher(self.instance.namesrv_addresses, trace_topic), group,
-                   self.instance.client_id)
+            Tracer(new_trace_dispatcher(self.instance.namesrv_addresses, trace_topic,
+                                        credentials=credentials,
+                                        tls=self.instance.tls_context),
+                   group, self.instance.client_id)
             if enable_msg_trace else None
         )
 
@@ -687,7 +695,8 @@ class PushConsumer(ClientLifecycle):
 
     def _inner_producer(self) -> Producer:
         return Producer(CLIENT_INNER_PRODUCER_GROUP, self._namesrv,
-                        request_timeout_ms=self.instance.request_timeout_ms)
+                        request_timeout_ms=self.instance.request_timeout_ms,
+                        credentials=self.instance.credentials, tls=self.instance.tls_context)
 
     # -- pulling -------------------------------------------------------------------------------
 

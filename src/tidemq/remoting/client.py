@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import ssl
 
 from tidemq.limits import FRAME_SIZE_MAX
 from tidemq.protocol.command import RemotingCommand
@@ -21,6 +22,7 @@ from tidemq.remoting.connection import (
     Connection,
     ConnectionEvent,
     ConnectionListener,
+    RequestHook,
     check_limits,
 )
 from tidemq.remoting.dispatch import MAX_PENDING_PER_HANDLER, Handler, RequestDispatcher
@@ -41,6 +43,10 @@ class RemotingClient:
         idle_timeout_s: close a connection after this long without traffic (it is reopened
             on the next use).
         max_in_flight_per_connection: server-sent requests handled at once per connection.
+        request_hook: called with every request sent, just before it is encoded (the ACL
+            signature goes in here; see ``tidemq.remoting.connection.RequestHook``).
+        tls: a client ``ssl.SSLContext`` to wrap every connection in TLS (see
+            ``tidemq.remoting.tls.client_context``); None connects in plain TCP.
 
     Attributes:
         connection_listeners: callables ``(event, connection)`` told when a connection opens
@@ -54,11 +60,15 @@ class RemotingClient:
         frame_size_max: int = FRAME_SIZE_MAX,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
         max_in_flight_per_connection: int = MAX_IN_FLIGHT_PER_CONNECTION,
+        request_hook: RequestHook | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         check_limits(
             idle_timeout_s=idle_timeout_s, max_in_flight_per_connection=max_in_flight_per_connection
         )
         self.connect_timeout_ms = connect_timeout_ms
+        self.request_hook = request_hook
+        self._tls = tls
         self._frame_size_max = frame_size_max
         self._idle_timeout_s = idle_timeout_s
         self._max_in_flight = max_in_flight_per_connection
@@ -202,12 +212,22 @@ class RemotingClient:
         factory = functools.partial(self._new_connection, addr)
         try:
             async with asyncio.timeout(self.connect_timeout_ms / 1000):
-                _, connection = await loop.create_connection(factory, host, port)
+                if self._tls is None:
+                    _, connection = await loop.create_connection(factory, host, port)
+                else:
+                    _, connection = await loop.create_connection(
+                        factory, host, port, ssl=self._tls, server_hostname=host
+                    )
         except TimeoutError:
             raise RemotingConnectError(
                 f"connecting to {addr} took longer than connect_timeout_ms="
                 f"{self.connect_timeout_ms}"
             ) from None
+        except ssl.SSLError as exc:
+            raise RemotingConnectError(
+                f"TLS handshake with {addr} failed: {exc.reason or exc} (check the CA file "
+                "the client trusts, the server's certificate and whether the server speaks TLS)"
+            ) from exc
         except OSError as exc:
             raise RemotingConnectError(f"cannot connect to {addr}: {exc.strerror or exc}") from exc
         if self._closed:  # close() ran while we were connecting
@@ -233,6 +253,7 @@ class RemotingClient:
             idle_timeout_s=self._idle_timeout_s,
             max_in_flight=self._max_in_flight,
             on_open=functools.partial(self._connection_opened, addr),
+            request_hook=self.request_hook,
         )
 
     def _connection_opened(self, addr: str, connection: Connection) -> None:

@@ -77,6 +77,11 @@ CLOSE_LINGER_S = 5.0
 
 CloseCallback = Callable[["Connection"], None]
 
+# Called with every request this side sends, just before it is encoded (RocketMQ's
+# ``RPCHook.doBeforeRequest``): the client's ACL signing adds its extFields here, so retries,
+# oneways and every code path that sends are signed alike.
+RequestHook = Callable[[RemotingCommand], None]
+
 
 class ConnectionEvent(StrEnum):
     """What happened to a connection, as told to a server's or client's listeners."""
@@ -112,6 +117,7 @@ class Connection(asyncio.Protocol):
         write_buffer_max_bytes: int | None = None,
         pause_reading_on_write_backlog: bool = False,
         on_open: Callable[[Connection], None] | None = None,
+        request_hook: RequestHook | None = None,
     ) -> None:
         check_limits(idle_timeout_s=idle_timeout_s, max_in_flight_per_connection=max_in_flight)
         self._loop = asyncio.get_running_loop()
@@ -127,6 +133,7 @@ class Connection(asyncio.Protocol):
         )
         self._pause_reading_on_write_backlog = pause_reading_on_write_backlog
         self._on_open = on_open
+        self._request_hook = request_hook
         self._transport: asyncio.Transport | None = None
         self._corked: list[bytes | memoryview] | None = None  # frames written this iteration
         self._corked_bytes = 0
@@ -220,6 +227,8 @@ class Connection(asyncio.Protocol):
                 f"{command.describe()}: opaque {opaque} already waits for a response on "
                 f"{self.remote_address}; create requests with RemotingCommand.request"
             )
+        if self._request_hook is not None:
+            self._request_hook(command)
         self._write(command)
         future: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[opaque] = future
@@ -249,6 +258,8 @@ class Connection(asyncio.Protocol):
             await self._wait_writable(deadline, command, timeout_ms)
         if self._closing:
             raise self._closed_error(command)
+        if self._request_hook is not None:
+            self._request_hook(command)
         self._write(command)
 
     def send_response(self, response: RemotingCommand) -> bool:

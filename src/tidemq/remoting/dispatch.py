@@ -26,6 +26,10 @@ Outcomes the peer sees (protocol-notes §1.5):
 - the handler raised: SYSTEM_ERROR (1), remark a short description of the exception (the
   traceback goes to the log).
 
+- a *request guard* is set and refuses the request (the broker's ACL check): the code and
+  remark the guard gave; no handler runs. The guard sees every request before any routing,
+  in the order they arrived, so nothing reaches a handler without passing it.
+
 Oneway requests never get any of these; a refusal is only logged.
 """
 
@@ -49,6 +53,10 @@ Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | 
 GroupHandler = Callable[
     [list[RemotingCommand], "Connection"], Awaitable[list[RemotingCommand | None]]
 ]
+# ``guard(request, connection)`` returns None to let the request through, or the
+# ``(response code, remark)`` to refuse it with. It runs on the loop for every request, so it
+# must be quick and must not await.
+RequestGuard = Callable[[RemotingCommand, "Connection"], "tuple[int, str] | None"]
 
 # RocketMQ's broker queues at most 10,000 sends (sendThreadPoolQueueCapacity) before it
 # answers SYSTEM_BUSY; the same bound suits any one handler here.
@@ -118,6 +126,13 @@ class RequestDispatcher:
         self._routes: dict[int, _Route] = {}
         self._default: _Route | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._guard: RequestGuard | None = None
+
+    def set_guard(self, guard: RequestGuard | None) -> None:
+        """Check every request with ``guard`` before it is routed (module docstring);
+        None removes the guard. A guard that raises refuses the request with SYSTEM_ERROR
+        (never lets it through)."""
+        self._guard = guard
 
     def register(
         self,
@@ -157,6 +172,12 @@ class RequestDispatcher:
 
     def dispatch(self, request: RemotingCommand, connection: Connection) -> None:
         """Serve ``request`` from ``connection``; calls ``connection._request_done`` once."""
+        if self._guard is not None and self._refused_by_guard(request, connection):
+            return
+        self._dispatch_checked(request, connection)
+
+    def _dispatch_checked(self, request: RemotingCommand, connection: Connection) -> None:
+        """``dispatch`` for a request the guard (if any) already let through."""
         route = self._routes.get(request.code, self._default)
         if route is None:
             _refuse(
@@ -185,13 +206,15 @@ class RequestDispatcher:
         if len(requests) == 1:
             self.dispatch(requests[0], connection)
             return
+        if self._guard is not None:
+            requests = [r for r in requests if not self._refused_by_guard(r, connection)]
         groups: list[_Group] = []
         open_groups: dict[int, _Group] = {}  # by request code: the group taking requests
         routes = self._routes
         for request in requests:
             route = routes.get(request.code)
             if route is None or route.group_handler is None:
-                self.dispatch(request, connection)
+                self._dispatch_checked(request, connection)
                 continue
             if route.pending >= route.max_pending:
                 _refuse(request, connection, ResponseCode.SYSTEM_BUSY, _busy_remark(request, route))
@@ -207,6 +230,26 @@ class RequestDispatcher:
             task = loop.create_task(_serve_group(group.route, group.requests, connection))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _refused_by_guard(self, request: RemotingCommand, connection: Connection) -> bool:
+        """Ask the guard; on a refusal answer the request (``_request_done`` called)."""
+        try:
+            refusal = self._guard(request, connection)  # type: ignore[misc]
+        except Exception as exc:
+            log.exception(
+                "request guard failed on %s from %s; refusing it",
+                request.describe(),
+                connection.remote_address,
+            )
+            refusal = (
+                ResponseCode.SYSTEM_ERROR,
+                f"the request could not be checked: {describe_exception(exc)}",
+            )
+        if refusal is None:
+            return False
+        code, remark = refusal
+        _refuse(request, connection, code, remark)
+        return True
 
     async def wait_idle(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for every running handler to finish.

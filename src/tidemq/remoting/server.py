@@ -2,7 +2,9 @@
 
 The broker listens on ``listenPort`` and on ``listenPort - 2`` (the "VIP" channel older
 clients use, protocol-notes §15.4), so a server takes a list of ports; every port serves the
-same handlers. Each accepted socket becomes a ``Connection`` in the responder role (it stops
+same handlers. With ``tls`` (``tidemq.remoting.tls``) every port serves TLS only
+(``enforcing``) or TLS and plain TCP side by side (``permissive``, ``SniffingListener``).
+Each accepted socket becomes a ``Connection`` in the responder role (it stops
 reading a peer whose responses back up); requests go to one shared ``RequestDispatcher``.
 
 Shutdown (``stop``): stop accepting, stop reading new requests, let the requests already
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Sequence
 
 from tidemq.limits import FRAME_SIZE_MAX
@@ -30,8 +33,11 @@ from tidemq.remoting.dispatch import (
     GroupHandler,
     Handler,
     RequestDispatcher,
+    RequestGuard,
 )
 from tidemq.remoting.errors import RemotingListenError
+from tidemq.remoting.sniffing_listener import SniffingListener
+from tidemq.remoting.tls import PLAIN, TLS_HANDSHAKE_TIMEOUT_S, ServerTls, TlsMode
 
 log = logging.getLogger("tidemq.remoting")
 
@@ -55,6 +61,7 @@ class RemotingServer:
             that connection is not read until half of them are done.
         write_buffer_max_bytes: responses buffered for a peer beyond this abort its
             connection (it is not reading); default four times ``frame_size_max``.
+        tls: TLS mode and server context (``tidemq.remoting.tls``); plain TCP by default.
 
     Attributes:
         connection_listeners: callables ``(event, connection)`` told when a connection opens
@@ -70,6 +77,7 @@ class RemotingServer:
         idle_timeout_s: float = IDLE_TIMEOUT_S,
         max_in_flight_per_connection: int = MAX_IN_FLIGHT_PER_CONNECTION,
         write_buffer_max_bytes: int | None = None,
+        tls: ServerTls = PLAIN,
     ) -> None:
         if not ports:
             raise ValueError("ports is empty; give at least one port to listen on (0 = any)")
@@ -82,8 +90,11 @@ class RemotingServer:
         self._idle_timeout_s = idle_timeout_s
         self._max_in_flight = max_in_flight_per_connection
         self._write_buffer_max_bytes = write_buffer_max_bytes
+        if tls.enabled and tls.context is None:
+            raise ValueError(f"TLS mode {tls.mode} needs a server context")
+        self.tls = tls
         self._dispatcher = RequestDispatcher()
-        self._servers: list[asyncio.Server] = []
+        self._servers: list[asyncio.Server | SniffingListener] = []
         self._connections: set[Connection] = set()
         self._stopping = False
         self.connection_listeners: list[ConnectionListener] = []
@@ -114,6 +125,11 @@ class RemotingServer:
         """Serve every code that has no handler of its own by ``handler``."""
         self._dispatcher.register_default(handler, max_pending=max_pending)
 
+    def set_request_guard(self, guard: RequestGuard | None) -> None:
+        """Check every request with ``guard`` before any handler sees it (the ACL); a
+        refusal is answered with the guard's code and remark (``tidemq.remoting.dispatch``)."""
+        self._dispatcher.set_guard(guard)
+
     @property
     def bound_ports(self) -> list[int]:
         """The ports actually listened on, in the order of ``ports`` (empty before start)."""
@@ -141,14 +157,7 @@ class RemotingServer:
         loop = asyncio.get_running_loop()
         try:
             for port in self.ports:
-                server = await loop.create_server(
-                    self._new_connection,
-                    self.host,
-                    port,
-                    backlog=LISTEN_BACKLOG,
-                    reuse_address=True,
-                )
-                self._servers.append(server)
+                self._servers.append(await self._listen(loop, port))
         except OSError as exc:
             for server in self._servers:
                 server.close()
@@ -158,9 +167,10 @@ class RemotingServer:
                 "listenPort, or stop what holds the port)"
             ) from exc
         log.info(
-            "listening on %s port(s) %s",
+            "listening on %s port(s) %s%s",
             self.host,
             ", ".join(str(port) for port in self.bound_ports),
+            "" if not self.tls.enabled else f" (TLS {self.tls.mode})",
         )
 
     async def stop(self, grace_s: float = 5.0) -> None:
@@ -202,6 +212,27 @@ class RemotingServer:
         await self.stop()
 
     # -- internals -----------------------------------------------------------------------------
+
+    async def _listen(
+        self, loop: asyncio.AbstractEventLoop, port: int
+    ) -> asyncio.Server | SniffingListener:
+        mode = self.tls.mode
+        if mode is TlsMode.PERMISSIVE:
+            sock = socket.create_server(
+                (self.host, port),
+                family=socket.AF_INET6 if ":" in self.host else socket.AF_INET,
+                backlog=LISTEN_BACKLOG,
+            )
+            return SniffingListener(sock, self._new_connection, self.tls.context)  # type: ignore[arg-type]
+        return await loop.create_server(
+            self._new_connection,
+            self.host,
+            port,
+            backlog=LISTEN_BACKLOG,
+            reuse_address=True,
+            ssl=self.tls.context if mode is TlsMode.ENFORCING else None,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if mode is TlsMode.ENFORCING else None,
+        )
 
     def _new_connection(self) -> Connection:
         return Connection(

@@ -1,0 +1,185 @@
+"""TLS for the remoting port, as RocketMQ offers it (``tls.server.mode``), with the stdlib ``ssl``.
+
+Server modes (``TlsMode``):
+
+- ``disabled``: plain TCP only (no certificate needed);
+- ``permissive``: one port serves both. A TLS client's first byte is always 0x16 (the
+  record type of a handshake), and a remoting frame's first byte is the top byte of its
+  length, 0x00 for every frame under 16 MiB (``FRAME_SIZE_MAX``); so the server peeks at the
+  first byte of each new connection and starts TLS only when it is 0x16. This is what
+  RocketMQ's Netty ``HandshakeHandler`` does;
+- ``enforcing``: TLS only; a plain client's first frame fails the handshake and that
+  connection is closed (it never reaches a handler).
+
+Client certificates (mutual TLS): ``need_client_auth`` ``none`` (not asked for),
+``optional`` (verified when sent) or ``require`` (a client without a certificate signed by
+``trust_cert_path`` is refused in the handshake) — RocketMQ's ``tls.server.needClientAuth``.
+
+Clients: ``client_context`` builds the context a ``RemotingClient`` wraps its connections
+in: the server is verified against a CA file (or the system's CAs), its host name or IP
+checked unless told not to; a client certificate is sent when given.
+
+Certificates and keys are PEM files; nothing here makes or stores keys.
+"""
+
+from __future__ import annotations
+
+import enum
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidemq.errors import ConfigError
+
+# The first byte of a TLS record carrying a handshake (RFC 8446 §5.1, ContentType 22).
+TLS_HANDSHAKE_FIRST_BYTE = 0x16
+
+# How long a new connection may take to send its first byte (permissive mode) and to finish
+# the TLS handshake. Netty's default SslHandler handshake timeout is 10 s.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class TlsMode(enum.StrEnum):
+    """RocketMQ's ``TlsMode``: how the remoting port treats TLS."""
+
+    DISABLED = "disabled"
+    PERMISSIVE = "permissive"
+    ENFORCING = "enforcing"
+
+
+class ClientAuth(enum.StrEnum):
+    """RocketMQ's ``tls.server.needClientAuth``: whether clients must show a certificate."""
+
+    NONE = "none"
+    OPTIONAL = "optional"
+    REQUIRE = "require"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTls:
+    """What a ``RemotingServer`` needs for TLS: the mode and, unless disabled, the context."""
+
+    mode: TlsMode
+    context: ssl.SSLContext | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """True when some connections are served with TLS."""
+        return self.mode is not TlsMode.DISABLED
+
+
+PLAIN = ServerTls(TlsMode.DISABLED)
+
+
+def server_context(
+    cert_path: Path | str,
+    key_path: Path | str,
+    *,
+    key_password: str | None = None,
+    need_client_auth: ClientAuth = ClientAuth.NONE,
+    trust_cert_path: Path | str | None = None,
+) -> ssl.SSLContext:
+    """A server-side TLS context from PEM files.
+
+    Args:
+        cert_path: the server's certificate chain (PEM).
+        key_path: its private key (PEM), encrypted with ``key_password`` when given.
+        need_client_auth: whether clients must present a certificate (module docstring).
+        trust_cert_path: CA certificates client certificates are verified against; required
+            unless ``need_client_auth`` is ``none``.
+
+    Raises:
+        ConfigError: a file is missing or unreadable, the key does not match the
+            certificate, or client verification was asked for without a trust file; the
+            message names the setting.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    _load_chain(context, cert_path, key_path, key_password, "tlsServerCertPath",
+                "tlsServerKeyPath")
+    if need_client_auth is ClientAuth.NONE:
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    if trust_cert_path is None:
+        raise ConfigError(
+            f"tlsServerNeedClientAuth={need_client_auth} needs tlsServerTrustCertPath: the CA "
+            "file client certificates are verified against"
+        )
+    _load_trust(context, trust_cert_path, "tlsServerTrustCertPath")
+    context.verify_mode = (
+        ssl.CERT_REQUIRED if need_client_auth is ClientAuth.REQUIRE else ssl.CERT_OPTIONAL
+    )
+    return context
+
+
+def client_context(
+    *,
+    ca_file: Path | str | None = None,
+    cert_file: Path | str | None = None,
+    key_file: Path | str | None = None,
+    key_password: str | None = None,
+    verify_server: bool = True,
+    check_hostname: bool = True,
+) -> ssl.SSLContext:
+    """A client-side TLS context.
+
+    Args:
+        ca_file: CA certificates (PEM) the server's certificate must chain to; None uses the
+            system's default CAs.
+        cert_file: a client certificate (PEM) to present, for servers that require one.
+        key_file: its private key; defaults to ``cert_file`` (a PEM holding both).
+        verify_server: False skips verifying the server (RocketMQ's
+            ``tls.client.authServer=false``): encrypted but open to a man in the middle; for
+            tests and trusted networks only.
+        check_hostname: verify that the certificate names the host (or IP) connected to.
+
+    Raises:
+        ConfigError: a file is missing or unreadable.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if not verify_server:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        context.check_hostname = check_hostname
+        if ca_file is not None:
+            _load_trust(context, ca_file, "tls_ca_file")
+        else:
+            context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    if cert_file is not None:
+        _load_chain(context, cert_file, key_file or cert_file, key_password, "tls_cert_file",
+                    "tls_key_file")
+    return context
+
+
+def _load_chain(
+    context: ssl.SSLContext,
+    cert_path: Path | str,
+    key_path: Path | str,
+    password: str | None,
+    cert_setting: str,
+    key_setting: str,
+) -> None:
+    for path, setting in ((cert_path, cert_setting), (key_path, key_setting)):
+        if not Path(path).is_file():
+            raise ConfigError(f"{setting}={path}: no such file (give the PEM file's path)")
+    try:
+        context.load_cert_chain(str(cert_path), str(key_path), password=password)
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(
+            f"cannot load the certificate {cert_setting}={cert_path} with the key "
+            f"{key_setting}={key_path}: {exc} (both must be PEM and belong together; an "
+            "encrypted key needs its password)"
+        ) from exc
+
+
+def _load_trust(context: ssl.SSLContext, path: Path | str, setting: str) -> None:
+    if not Path(path).is_file():
+        raise ConfigError(f"{setting}={path}: no such file (give the CA certificates' PEM file)")
+    try:
+        context.load_verify_locations(cafile=str(path))
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(
+            f"cannot load CA certificates from {setting}={path}: {exc} (it must be PEM)"
+        ) from exc
