@@ -33,6 +33,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, S
 from typing import Any, TypeVar
 
 from tidemq.client import admin as _admin
+from tidemq.client import admin_groups as _admin_groups
+from tidemq.client import admin_messages as _admin_messages
+from tidemq.client import admin_servers as _admin_servers
 from tidemq.client import producer as _producer
 from tidemq.client import pull_consumer as _pull_consumer
 from tidemq.client import push_consumer as _push_consumer
@@ -479,3 +482,25 @@ class Admin(_Twin):
     def get_kv_config(self, namespace: str, key: str) -> str | None:
         """GET_KV_CONFIG from a name server."""
         return self._run(self._async.get_kv_config(namespace, key))
+
+    def __getattr__(self, name: str) -> Any:
+        """The twins of the server, group and message methods of ``Admin``
+        (``broker_config``, ``update_broker_config``, ``consumer_connection``,
+        ``clone_group_offset``, ``consume_queue``, ...): each runs the asyncio method and
+        returns its result; ``queue_messages`` and ``topic_messages`` return lists."""
+        if name.startswith("_") or not any(name in vars(part) for part in _ADMIN_PARTS):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        method = getattr(self._async, name)
+        if name in _ADMIN_ITERATORS:
+            return lambda *args, **kwargs: self._run(_collect(method(*args, **kwargs)))
+        return lambda *args, **kwargs: self._run(method(*args, **kwargs))
+
+
+# The Admin mixins whose public methods the sync twin forwards (Admin.__getattr__).
+_ADMIN_PARTS = (_admin_servers.ServerAdmin, _admin_groups.GroupAdmin,
+                _admin_messages.MessageAdmin)
+_ADMIN_ITERATORS = frozenset({"queue_messages", "topic_messages"})
+
+
+async def _collect(iterator: Any) -> list[Any]:
+    return [item async for item in iterator]

@@ -14,10 +14,13 @@ a new module is added to the import list below.
 from __future__ import annotations
 
 from tidemq.cli.admin import (  # noqa: F401  (each import registers that module's verbs)
+    clients,
     clusters,
     dead_letters,
     groups,
     messages,
+    sending,
+    servers,
     topics,
     traces,
 )

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 import click
 
-from tidemq.cli.config_loader import load_config, parse_override_args
+from tidemq.config_loader import load_config, parse_override_args
 from tidemq.errors import ConfigError, TidemqError
 
 log = logging.getLogger("tidemq.cli")

@@ -14,7 +14,8 @@ def on_messages(messages: list[MessageExt]) -> ConsumeResult:
 ```
 """
 
-from tidemq.client.admin import Admin, ConsumeOffset, ConsumeStats, DeadLetter, TopicOffset
+from tidemq.client.admin import Admin, DeadLetter
+from tidemq.client.admin_types import ConsumeOffset, ConsumeStats, TopicOffset
 from tidemq.client.consume_service import PushStats
 from tidemq.client.errors import (
     BrokerRejected,

@@ -22,10 +22,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tidemq.client import admin_consumers, broker_api
+from tidemq.client.admin_groups import GroupAdmin
+from tidemq.client.admin_messages import TOOLS_CONSUMER_GROUP, MessageAdmin
+from tidemq.client.admin_servers import ServerAdmin, suggestion
+from tidemq.client.admin_types import (
+    ConsumeStats,
+    TopicOffset,
+    parse_consume_stats,
+)
 from tidemq.client.broker_fanout import ask_each_broker
 from tidemq.client.errors import BrokerRejected, InvalidMessage, NoRouteError
 from tidemq.client.instance import REQUEST_TIMEOUT_MS, ClientInstance, check_response
@@ -37,7 +45,7 @@ from tidemq.client.route import ClusterInfo, TopicRouteData, parse_cluster_info
 from tidemq.client.security import Credentials, TlsOption
 from tidemq.client.send_back import dead_letter_topic, resend_properties, retry_topic
 from tidemq.client.subscription import parse_tag_expression
-from tidemq.errors import InvalidMessageId, InvalidTopicName
+from tidemq.errors import InvalidMessageId, InvalidTopicName, TidemqError
 from tidemq.limits import topic_name_problem
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
@@ -54,7 +62,6 @@ log = logging.getLogger("tidemq.client")
 
 AUTO_CREATE_TOPIC_KEY = "TBW102"
 ORDER_TOPIC_CONFIG_NAMESPACE = "ORDER_TOPIC_CONFIG"
-TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # RocketMQ's group for admin-tool reads
 QUERY_END_MS_MAX = (1 << 63) - 1
 # A unique-key query lets the broker pick defaultQueryMaxNum (32); key queries take ours.
 QUERY_MAX_NUM_DEFAULT = 32
@@ -67,42 +74,6 @@ DLQ_REDRIVE_PRODUCER_GROUP = "TOOLS_DLQ_REDRIVE_PRODUCER"
 # Dead letters read per call at most, and per pull (the broker sends up to 1024 / 1 MiB).
 DEAD_LETTERS_MAX_DEFAULT = 10_000
 DEAD_LETTERS_PULL_BATCH = 256
-
-
-@dataclass(frozen=True, slots=True)
-class TopicOffset:
-    """A queue's offsets as GET_TOPIC_STATS_INFO reports them."""
-
-    min_offset: int
-    max_offset: int
-    last_update_timestamp: int
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumeOffset:
-    """A group's progress in one queue: the broker's max offset and the group's offset."""
-
-    broker_offset: int
-    consumer_offset: int
-    last_timestamp: int
-
-    @property
-    def lag(self) -> int:
-        """Messages not yet consumed (never negative)."""
-        return max(0, self.broker_offset - self.consumer_offset)
-
-
-@dataclass(slots=True)
-class ConsumeStats:
-    """GET_CONSUME_STATS over every broker: per-queue progress and consume TPS."""
-
-    offsets: dict[MessageQueue, ConsumeOffset] = field(default_factory=dict)
-    consume_tps: float = 0.0
-
-    @property
-    def total_lag(self) -> int:
-        """Sum of the per-queue lags (RocketMQ's "Diff Total")."""
-        return sum(o.lag for o in self.offsets.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +102,7 @@ class DeadLetter:
         return ids
 
 
-class Admin(ClientLifecycle):
+class Admin(ClientLifecycle, ServerAdmin, GroupAdmin, MessageAdmin):
     """Administers topics, groups and offsets; looks messages up. Use as ``async with``.
 
     Args:
@@ -198,6 +169,11 @@ class Admin(ClientLifecycle):
         for broker in info.brokers.values():
             self._instance.broker_addresses[broker.broker_name] = dict(broker.broker_addrs)
         return info
+
+    @staticmethod
+    def _known_broker_addresses(info: ClusterInfo) -> set[str]:
+        return {address for broker in info.brokers.values()
+                for address in broker.broker_addrs.values()}
 
     async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO: the broker's statistics table (all values strings)."""
@@ -332,7 +308,11 @@ class Admin(ClientLifecycle):
         self._check_running()
         route = await self._instance.fetch_route(topic)
         if route is None:
-            raise NoRouteError(f"topic {topic!r} does not exist on any broker")
+            try:
+                hint = suggestion(topic, await self.topic_list())
+            except TidemqError:
+                hint = ""
+            raise NoRouteError(f"topic {topic!r} does not exist on any broker{hint}")
         return route
 
     async def topic_list(self) -> list[str]:
@@ -380,18 +360,15 @@ class Admin(ClientLifecycle):
             self._instance, sorted(info.master_addresses().items()),
             RequestCode.GET_CONSUME_STATS, fields)
         for _, response in answers:
-            body = jsonx.loads(response.body or b"{}")
-            stats.consume_tps += float(body.get("consumeTps") or 0.0)
-            for key, value in (body.get("offsetTable") or {}).items():
-                stats.offsets[message_queue_from_key(key)] = ConsumeOffset(
-                    broker_offset=int(value.get("brokerOffset", 0)),
-                    consumer_offset=int(value.get("consumerOffset", 0)),
-                    last_timestamp=int(value.get("lastTimestamp", 0)),
-                )
+            stats.merge(parse_consume_stats(response.body))
         if not stats.offsets and refusals:
             raise NoRouteError(
                 f"no consume stats for group {group!r}: " + "; ".join(refusals)
             )
+        if not stats.offsets:
+            await self.check_group(group)
+            if topic is not None:
+                await self.topic_route(topic)
         stats.offsets = dict(sorted(stats.offsets.items()))
         return stats
 
@@ -562,6 +539,14 @@ class Admin(ClientLifecycle):
             if topic is None:
                 raise
             raise NoRouteError(f"no message of topic {topic!r} has id {msg_id!r}") from None
+        if topic is None and address not in self._known_broker_addresses(
+                await self.cluster_list()):
+            # Not an offset id of any broker here: most likely a client id (UNIQ_KEY), which
+            # can only be found through the topic's index.
+            raise NoRouteError(
+                f"{msg_id!r} is not the offset id of a message on a broker registered here "
+                f"(read as one it points at {address}); if it is a message id from a send "
+                "result (UNIQ_KEY), give its topic too (-t TOPIC)")
         try:
             message = await broker_api.view_message(self._instance, address, physical_offset,
                                                     timeout_ms=VIEW_BY_ID_TIMEOUT_MS)
@@ -574,6 +559,22 @@ class Admin(ClientLifecycle):
         if topic is not None and message.topic != topic:
             raise NoRouteError(f"no message of topic {topic!r} has id {msg_id!r}")
         return message
+
+    async def query_message_by_unique_key(self, topic: str, msg_id: str) -> list[MessageExt]:
+        """Every stored message of ``topic`` whose message id (UNIQ_KEY) is ``msg_id``,
+        oldest first (a message resent after a timeout is stored more than once).
+
+        Raises:
+            NoRouteError: the topic is unknown, or no message of it has that id.
+        """
+        self._check_running()
+        found = await self._query_all_masters(topic, msg_id, QUERY_MAX_NUM_DEFAULT, 0,
+                                              QUERY_END_MS_MAX, unique_key=True)
+        matched = sorted((m for m in found if m.unique_key == msg_id),
+                         key=lambda m: (m.store_timestamp, m.broker_name, m.queue_offset))
+        if not matched:
+            raise NoRouteError(f"no message of topic {topic!r} has message id {msg_id!r}")
+        return matched
 
     async def query_message_by_key(
         self,

@@ -1,7 +1,7 @@
 """NamesrvConfig: the name server's settings, under RocketMQ's key names.
 
 Keys (``metadata["key"]``) are what RocketMQ's NamesrvConfig and NettyServerConfig call them,
-so a ``namesrv.properties`` written for RocketMQ works here; ``tidemq.cli.config_loader``
+so a ``namesrv.properties`` written for RocketMQ works here; ``tidemq.config_loader``
 reads files and ``--<key> value`` options into this class.
 """
 

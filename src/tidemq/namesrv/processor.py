@@ -13,7 +13,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from tidemq.errors import RemoteProtocolError
+from tidemq.config_loader import apply_runtime_settings, current_properties
+from tidemq.errors import ConfigError, RemoteProtocolError
 from tidemq.namesrv.config import NamesrvConfig
 from tidemq.namesrv.kv_config import KVConfigManager
 from tidemq.namesrv.register_body import decode_register_broker_body
@@ -53,6 +54,13 @@ if TYPE_CHECKING:
     from tidemq.remoting.server import RemotingServer
 
 log = logging.getLogger("tidemq.namesrv")
+
+# The settings UPDATE_NAMESRV_CONFIG may change: those read on every request or scan (the
+# others bind a port or a file, or start a timer, when the name server starts).
+NAMESRV_RUNTIME_KEYS = frozenset({
+    "orderMessageEnable", "enableAllTopicList", "enableTopicList",
+    "deleteTopicWithBrokerRegistration", "brokerChannelExpiredTime",
+})
 
 # MQVersion V4_9_4: clients from this version on read route data as standard JSON.
 VERSION_STANDARD_JSON_ROUTES = 401
@@ -104,6 +112,8 @@ class NamesrvProcessor:
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topic_list,
             RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic_in_namesrv,
+            RequestCode.GET_NAMESRV_CONFIG: self.get_namesrv_config,
+            RequestCode.UPDATE_NAMESRV_CONFIG: self.update_namesrv_config,
         }
         return {code: _guarded(handler) for code, handler in table.items()}
 
@@ -319,6 +329,35 @@ class NamesrvProcessor:
         return RemotingCommand.response_to(
             request, ResponseCode.SUCCESS, body=encode_kv_table(table)
         )
+
+    # -- settings ------------------------------------------------------------------------------
+
+    def get_namesrv_config(self, request: RemotingCommand, connection: Connection
+                           ) -> RemotingCommand:
+        """GET_NAMESRV_CONFIG (319): every setting as ``key=value`` lines."""
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS,
+            body=properties_text(current_properties(self.config)).encode())
+
+    def update_namesrv_config(self, request: RemotingCommand, connection: Connection
+                              ) -> RemotingCommand:
+        """UPDATE_NAMESRV_CONFIG (318): change run-time settings (``key=value`` lines); kept
+        until the name server stops (its config file is the operator's, not rewritten)."""
+        try:
+            applied = apply_runtime_settings(
+                [self.config], (request.body or b"").decode("utf-8", "replace"),
+                NAMESRV_RUNTIME_KEYS)
+        except ConfigError as e:
+            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR,
+                                               remark=str(e))
+        log.info("settings changed by %s: %s", connection.remote_address,
+                 ", ".join(f"{k}={v}" for k, v in applied.items()))
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+
+def properties_text(properties: dict[str, str]) -> str:
+    """``{key: value}`` as properties text, one ``key=value`` line each."""
+    return "".join(f"{key}={value}\n" for key, value in properties.items())
 
 
 def _guarded(

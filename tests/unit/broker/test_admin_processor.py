@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tidemq.broker.topic_config_manager import TopicConfig
-from tidemq.cli.config_loader import parse_properties
+from tidemq.config_loader import parse_properties
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand

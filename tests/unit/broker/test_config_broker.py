@@ -11,7 +11,7 @@ from tidemq.broker.config import (
     properties_text,
 )
 from tidemq.broker.transaction.service import TransactionSettings
-from tidemq.cli.config_loader import load_config, parse_properties
+from tidemq.config_loader import load_config, parse_properties
 from tidemq.errors import ConfigError
 from tidemq.store.config import FlushDiskType, StoreConfig
 

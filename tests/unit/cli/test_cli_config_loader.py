@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tidemq.cli.config_loader import (
+from tidemq.config_loader import (
     load_config,
     parse_override_args,
     parse_properties,
@@ -168,7 +168,7 @@ def test_namesrv_config_keys():
 
 def test_rocketmq_keys_tidemq_ignores_are_accepted_with_a_notice(tmp_path, caplog):
     path = write(tmp_path, "rocketmqHome=/opt/rocketmq\nserverWorkerThreads=8\nlistenPort=9\n")
-    with caplog.at_level(logging.INFO, logger="tidemq.cli.config_loader"):
+    with caplog.at_level(logging.INFO, logger="tidemq.config_loader"):
         (config,) = load_config([NamesrvConfig], path, {})
     assert config.listen_port == 9
     assert "ignoring rocketmqHome=/opt/rocketmq" in caplog.text

@@ -12,12 +12,13 @@ import difflib
 import functools
 import re
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 import click
 import orjson
 from rich.console import Console, ConsoleDimensions
+from rich.table import Table
 
 from tidemq.client.admin import Admin
 from tidemq.client.producer import default_namesrv
@@ -143,3 +144,19 @@ def parse_time(text: str) -> int:
     raise click.BadParameter(
         f"{text!r} is not a time: use 'now', ms since the epoch, or yyyy-MM-dd#HH:mm:ss:SSS"
     )
+
+
+def print_table(title: str | None, columns: Sequence[str],
+                rows: Iterable[Sequence[object]]) -> None:
+    """Draw ``rows`` under ``columns`` (cells shown with ``str``; None as ``-``)."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("-" if cell is None else str(cell) for cell in row))
+    console.print(table)
+
+
+def print_settings(title: str, settings: Mapping[str, object]) -> None:
+    """Draw ``key = value`` pairs sorted by key, as mqadmin prints a config."""
+    print_table(title, ("Key", "Value"), sorted(settings.items()))

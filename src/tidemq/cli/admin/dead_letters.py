@@ -5,7 +5,15 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from tidemq.cli.admin.base import admin, console, format_ms, namesrv_option, print_json, with_admin
+from tidemq.cli.admin.base import (
+    admin,
+    console,
+    format_ms,
+    json_option,
+    namesrv_option,
+    print_json,
+    with_admin,
+)
 from tidemq.client.admin import Admin
 
 
@@ -69,14 +77,21 @@ async def dlq_list(client: Admin, group: str, max_num: int, as_json: bool) -> No
 @click.option("--toRetryTopic", "to_retry_topic", is_flag=True,
               help="Send to %RETRY%<group> (only this group sees them again) instead of "
                    "the original topic (every group subscribing it does).")
+@json_option
 @with_admin
 async def dlq_redrive(client: Admin, group: str, all_letters: bool, msg_ids: tuple[str, ...],
-                      to_retry_topic: bool) -> None:
+                      to_retry_topic: bool, as_json: bool) -> None:
     """Send dead letters of a consumer group back to be consumed again."""
     if all_letters == bool(msg_ids):
         raise click.UsageError("give either --all or one or more --msgId")
     sent = await client.redrive_dead_letters(
         group, msg_ids=list(msg_ids) if msg_ids else None, to_retry_topic=to_retry_topic)
+    if as_json:
+        print_json([{"msgId": letter.message.msg_id, "topic": result.queue.topic,
+                     "brokerName": result.queue.broker_name, "queueId": result.queue.queue_id,
+                     "queueOffset": result.queue_offset, "newMsgId": result.msg_id}
+                    for letter, result in sent])
+        return
     for letter, result in sent:
         click.echo(f"redrove {letter.message.msg_id} to {result.queue.topic} "
                    f"({result.queue.broker_name} queue {result.queue.queue_id}, offset "

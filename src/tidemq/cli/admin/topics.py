@@ -5,8 +5,19 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from tidemq.cli.admin.base import admin, console, format_ms, namesrv_option, print_json, with_admin
-from tidemq.client.admin import Admin
+from tidemq.cli.admin.base import (
+    admin,
+    console,
+    did_you_mean,
+    format_ms,
+    json_option,
+    namesrv_option,
+    print_json,
+    print_table,
+    with_admin,
+)
+from tidemq.client.admin import ORDER_TOPIC_CONFIG_NAMESPACE, Admin
+from tidemq.errors import TidemqError
 
 
 @admin.command("updateTopic")
@@ -21,15 +32,22 @@ from tidemq.client.admin import Admin
               help="Permission bits: 6 read+write, 4 read, 2 write.")
 @click.option("-o", "--order", type=bool, default=False, show_default=True,
               help="Order topic (publishes brokerName:queues to the name servers).")
+@json_option
 @with_admin
 async def update_topic(client: Admin, topic: str, cluster: str | None, broker_addr: str | None,
                        read_queue_nums: int, write_queue_nums: int, perm: int,
-                       order: bool) -> None:
+                       order: bool, as_json: bool) -> None:
     """Create or update a topic."""
+    if broker_addr:
+        await client.check_broker_addr(broker_addr)
     updated = await client.create_topic(
         topic, perm=perm, cluster=cluster, broker_addr=broker_addr, order=order,
         read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums,
     )
+    if as_json:
+        print_json({"topic": topic, "updated": updated, "readQueueNums": read_queue_nums,
+                    "writeQueueNums": write_queue_nums, "perm": perm, "order": order})
+        return
     for address in updated:
         click.echo(f"create topic to {address} success.")
     click.echo(f"topic {topic}: {read_queue_nums} read / {write_queue_nums} write queues, "
@@ -40,10 +58,15 @@ async def update_topic(client: Admin, topic: str, cluster: str | None, broker_ad
 @namesrv_option
 @click.option("-t", "--topic", required=True)
 @click.option("-c", "--clusterName", "cluster", help="Delete from every master of this cluster.")
+@json_option
 @with_admin
-async def delete_topic(client: Admin, topic: str, cluster: str | None) -> None:
+async def delete_topic(client: Admin, topic: str, cluster: str | None, as_json: bool) -> None:
     """Delete a topic from the brokers, then from the name servers."""
+    await client.topic_route(topic)  # an unknown topic is an error, with a did-you-mean
     deleted = await client.delete_topic(topic, cluster=cluster)
+    if as_json:
+        print_json({"topic": topic, "deleted": deleted})
+        return
     click.echo(f"delete topic [{topic}] from {', '.join(deleted) or 'no broker'} and from the "
                "name servers success.")
 
@@ -120,3 +143,132 @@ async def topic_status(client: Admin, topic: str, as_json: bool) -> None:
         table.add_row(queue.broker_name, str(queue.queue_id), str(offset.min_offset),
                       str(offset.max_offset), format_ms(offset.last_update_timestamp))
     console.print(table)
+
+
+@admin.command("updateTopicPerm")
+@namesrv_option
+@click.option("-t", "--topic", required=True)
+@click.option("-p", "--perm", type=click.Choice(["2", "4", "6"]), required=True,
+              help="6 read+write, 4 read only, 2 write only.")
+@click.option("-b", "--brokerAddr", "broker_addr", help="Change on this broker only.")
+@click.option("-c", "--clusterName", "cluster", help="Change on every master of the cluster.")
+@json_option
+@with_admin
+async def update_topic_perm(client: Admin, topic: str, perm: str, broker_addr: str | None,
+                            cluster: str | None, as_json: bool) -> None:
+    """Change a topic's permission, keeping its queue counts."""
+    route = await client.topic_route(topic)
+    if broker_addr or cluster:
+        targets = await client.broker_targets(cluster, broker_addr)
+    else:
+        targets = sorted(route.master_addresses().values())
+    changed = []
+    for address in targets:
+        config = (await client.topic_configs(address)).get(topic)
+        if config is None:
+            raise click.ClickException(f"topic {topic!r} is not on broker {address}")
+        old_perm = int(config.get("perm", 6))
+        await client.create_topic(
+            topic, perm=int(perm), broker_addr=address, order=bool(config.get("order")),
+            read_queue_nums=int(config.get("readQueueNums", 8)),
+            write_queue_nums=int(config.get("writeQueueNums", 8)))
+        changed.append({"brokerAddr": address, "oldPerm": old_perm, "newPerm": int(perm)})
+    if as_json:
+        print_json(changed)
+        return
+    for change in changed:
+        click.echo(f"update topic {topic} perm from {change['oldPerm']} to {perm} on "
+                   f"{change['brokerAddr']} success.")
+
+
+@admin.command("updateOrderConf")
+@namesrv_option
+@click.option("-t", "--topic", required=True)
+@click.option("-v", "--orderConf", "order_conf",
+              help="brokerName:queueNum;brokerName:queueNum (for put).")
+@click.option("-m", "--method", type=click.Choice(["get", "put", "delete"]), default="get",
+              show_default=True)
+@json_option
+@with_admin
+async def update_order_conf(client: Admin, topic: str, order_conf: str | None, method: str,
+                            as_json: bool) -> None:
+    """Get, put or delete a topic's order config (ORDER_TOPIC_CONFIG on the name servers)."""
+    if method == "put":
+        if not order_conf:
+            raise click.UsageError("-m put needs -v brokerName:queueNum;...")
+        for part in order_conf.split(";"):
+            name, _, count = part.partition(":")
+            if not count.isdigit():
+                raise click.BadParameter(f"{part!r} is not brokerName:queueNum", param_hint="-v")
+            await client.check_broker_name(name)
+        await client.put_kv_config(ORDER_TOPIC_CONFIG_NAMESPACE, topic, order_conf)
+    current = await client.get_kv_config(ORDER_TOPIC_CONFIG_NAMESPACE, topic)
+    if method in ("get", "delete") and current is None:
+        known = await client.kv_list(ORDER_TOPIC_CONFIG_NAMESPACE)
+        raise click.ClickException(
+            f"topic {topic!r} has no order config.{did_you_mean(topic, known)}")
+    if method == "delete":
+        await client.delete_kv_config(ORDER_TOPIC_CONFIG_NAMESPACE, topic)
+    if as_json:
+        print_json({"topic": topic, "method": method, "orderConf": current})
+        return
+    click.echo(f"{method} orderConf success. topic={topic}, orderConf={current}")
+
+
+@admin.command("topicClusterList")
+@namesrv_option
+@click.option("-t", "--topic", required=True)
+@json_option
+@with_admin
+async def topic_cluster_list(client: Admin, topic: str, as_json: bool) -> None:
+    """List the clusters a topic is on."""
+    route = await client.topic_route(topic)
+    clusters = sorted({broker.cluster for broker in route.broker_datas})
+    if as_json:
+        print_json(clusters)
+        return
+    for cluster in clusters:
+        click.echo(cluster)
+
+
+@admin.command("statsAll")
+@namesrv_option
+@click.option("-a", "--activeTopic", "active_only", is_flag=True,
+              help="Only topics with at least one consumer group.")
+@click.option("-t", "--topic", help="Only this topic.")
+@json_option
+@with_admin
+async def stats_all(client: Admin, active_only: bool, topic: str | None, as_json: bool) -> None:
+    """Per topic and consumer group: messages stored and not yet consumed.
+
+    tidemq brokers keep no per-topic 24-hour counters (mqadmin's InTPS/OutTPS and 24h
+    columns), so this shows what the offsets say: messages held and each group's lag.
+    """
+    topics = [topic] if topic else [t for t in await client.topic_list()
+                                    if not t.startswith(("%RETRY%", "%DLQ%", "rmq_sys_"))]
+    info = await client.cluster_list()
+    groups_of: dict[str, set[str]] = {}
+    for address in sorted(info.master_addresses().values()):
+        for stored_topic, group in await client.consumer_offsets(address):
+            groups_of.setdefault(stored_topic, set()).add(group)
+    rows = []
+    for name in topics:
+        try:
+            stats = await client.topic_stats(name)
+        except TidemqError:
+            if topic:
+                raise
+            continue  # a topic being deleted, or a built-in one without queues here
+        held = sum(o.max_offset - o.min_offset for o in stats.values())
+        groups = sorted(groups_of.get(name, ()))
+        if not groups and not active_only:
+            rows.append((name, None, held, None))
+        for group in groups:
+            lag = (await client.consume_stats(group, name)).total_lag
+            rows.append((name, group, held, lag))
+    if as_json:
+        print_json([{"topic": t, "group": g, "messages": m, "accumulation": a}
+                    for t, g, m, a in rows])
+        return
+    print_table("topics and groups", ("Topic", "Consumer Group", "Messages", "Accumulation"),
+                rows)

@@ -398,3 +398,73 @@ def _unknown_key_message(key: str, source: str, known: list[str], ignored: list[
 
 # Few enough keys to list them all in an unknown-key message (the name server has ~10).
 _KEYS_LISTED_MAX = 20
+
+
+# -- settings of a running server -----------------------------------------------------------------
+
+
+def current_properties(*configs: Any) -> dict[str, str]:
+    """Every key of the given config instances with its current value as properties text
+    would hold it (``true``/``false``, enums by value, None as empty); aliases are left out."""
+    properties: dict[str, str] = {}
+    for config in configs:
+        primary = {config_key.field_name: config_key.key for config_key in
+                   reversed(config_keys(type(config)))}
+        for field_name, key in primary.items():
+            value = getattr(config, field_name)
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, enum.Enum):
+                text = str(value.value)
+            elif value is None:
+                text = ""
+            else:
+                text = str(value)
+            properties[key] = text
+    return dict(sorted(properties.items()))
+
+
+def apply_runtime_settings(configs: Sequence[Any], text: str,
+                           runtime_keys: Iterable[str]) -> dict[str, str]:
+    """Change settings of a running server from properties text (UPDATE_*_CONFIG bodies).
+
+    All or nothing: every key is checked (known, changeable at run time, valid value) before
+    any is set.
+
+    Args:
+        configs: the server's config instances; a key is set on each that declares it.
+        text: ``key=value`` lines.
+        runtime_keys: the keys that may change while the server runs.
+
+    Returns:
+        ``{key: text}`` of what was applied.
+
+    Raises:
+        ConfigError: an unknown key, a key that takes effect only at start, or a bad value;
+            the message names it and what is allowed.
+    """
+    settings = parse_properties(text)
+    if not settings:
+        raise ConfigError("no setting given: send key=value lines")
+    allowed = set(runtime_keys)
+    by_key: dict[str, list[ConfigKey]] = {}
+    for config in configs:
+        for config_key in config_keys(type(config)):
+            by_key.setdefault(config_key.key, []).append(config_key)
+    planned: list[tuple[Any, str, Any]] = []
+    for key, value_text in settings.items():
+        matches = by_key.get(key)
+        if matches is None:
+            raise ConfigError(_unknown_key_message(key, "the request", list(by_key), []))
+        if key not in allowed:
+            raise ConfigError(
+                f"{key} takes effect only at start; change it in the config file and restart "
+                f"(changeable at run time: {', '.join(sorted(allowed))})")
+        for config_key in matches:
+            value = convert_value(config_key, value_text, "the request")
+            for config in configs:
+                if type(config) is config_key.target:
+                    planned.append((config, config_key.field_name, value))
+    for config, field_name, value in planned:
+        setattr(config, field_name, value)
+    return {key: value.strip() for key, value in settings.items()}
