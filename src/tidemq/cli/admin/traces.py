@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
-from tidemq.cli.admin.base import admin, format_ms, namesrv_option, parse_time, with_admin
+from tidemq.cli.admin.base import (
+    admin,
+    format_ms,
+    json_option,
+    namesrv_option,
+    parse_time,
+    print_json,
+    with_admin,
+)
 from tidemq.client.admin import Admin
 from tidemq.client.trace_data import TRACE_TOPIC_DEFAULT
 from tidemq.client.trace_query import QUERY_TRACE_MESSAGES_MAX, query_message_trace
@@ -22,13 +32,17 @@ _ROW = "{:<15} {:<24} {:<42} {:<24} {:>8}  {:<9} {}"
 @click.option("-e", "--endTimestamp", "end", default="now", show_default=True)
 @click.option("-c", "--maxNum", "max_num", type=int, default=QUERY_TRACE_MESSAGES_MAX,
               show_default=True, help="Trace messages looked at, at most.")
+@json_option
 @with_admin
 async def query_msg_trace_by_id(client: Admin, msg_id: str, trace_topic: str, begin: str,
-                                end: str, max_num: int) -> None:
+                                end: str, max_num: int, as_json: bool) -> None:
     """Show a message's life from its trace: sent, stored, consumed (retries included)."""
     trace = await query_message_trace(client, msg_id, trace_topic=trace_topic,
                                       begin_ms=parse_time(begin), end_ms=parse_time(end),
                                       max_num=max_num)
+    if as_json:
+        print_json([dataclasses.asdict(record) for record in trace.records])
+        return
     if not trace.records:
         click.echo(f"no trace of message {msg_id} in topic {trace_topic} (was it sent or "
                    "consumed with tracing on, e.g. Producer(..., enable_msg_trace=True)?)")
