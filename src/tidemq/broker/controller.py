@@ -8,7 +8,8 @@ The controller is the only place that knows every part. In ``__init__`` it
    (e.g. a ``MemoryMessageStore`` in tests), its store host brokerIP1:listenPort;
 2. builds the services on them: the remoting server on brokerIP1 at listenPort and
    listenPort - 2, name-server registration (``registration``), the delay levels' timers
-   (``schedule_service``), transactions (``transaction_service``, broker/transaction/) and
+   (``schedule_service``), transactions (``transaction_service``, broker/transaction/),
+   exactly-once batches on them (``exactly_once``, broker/exactly_once/) and
    the consumption side's background work (``consumption``);
 3. builds each processor with exactly the parts it uses, and registers them.
 
@@ -44,6 +45,8 @@ from tidemq.broker.client_admin import ClientAdmin
 from tidemq.broker.client_processor import ClientManageProcessor
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.consumption import ConsumptionServices
+from tidemq.broker.exactly_once.processor import ExactlyOnceProcessor
+from tidemq.broker.exactly_once.service import ExactlyOnceService
 from tidemq.broker.lock_manager import LockBatchProcessor
 from tidemq.broker.namesrv_registration import NameServerRegistration
 from tidemq.broker.offset_processor import ConsumerOffsetProcessor
@@ -143,7 +146,11 @@ class BrokerController:
             config=parts.config, store=parts.store, role=parts.role, stats=parts.stats,
             topics=parts.topics, producers=parts.clients.producers,
             schedule=self.schedule_service, config_dir=parts.config_dir,
+            batches=lambda ledger: ExactlyOnceService(ledger, parts.config_dir),
         )
+        exactly_once = self.transaction_service.batches
+        assert isinstance(exactly_once, ExactlyOnceService)
+        self.exactly_once = exactly_once
         self.consumption = ConsumptionServices(
             config=parts.config, store=parts.store, offsets=parts.offsets,
             clients=parts.clients, locks=parts.locks, pull_holds=parts.pull_holds,
@@ -158,7 +165,7 @@ class BrokerController:
             config=parts.config, store_config=parts.store_config, store=parts.store,
             identity=parts.identity, role=parts.role, stats=parts.stats, topics=parts.topics,
             groups=parts.groups, schedule=self.schedule_service,
-            transactions=self.transaction_service,
+            transactions=self.transaction_service, exactly_once=self.exactly_once,
         )
         self.send_back_processor = SendBackProcessor(
             config=parts.config, store=parts.store, identity=parts.identity, role=parts.role,
@@ -188,6 +195,9 @@ class BrokerController:
         )
         return [
             self.send_processor, self.send_back_processor, self.transaction_service,
+            ExactlyOnceProcessor(
+                eos=self.exactly_once, role=parts.role, ready=self.transaction_service.ready,
+            ),
             self.pull_processor, self.client_processor, self.offset_processor,
             self.query_processor, self.lock_processor, self.admin_processor,
         ]

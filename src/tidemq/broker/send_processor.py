@@ -30,7 +30,8 @@ A batch body (§6.5) becomes one ``put_messages`` call: each entry gets the batc
 properties (header ``i``) and CLUSTER appended; batches cannot be delayed or sent to a retry
 topic (MESSAGE_ILLEGAL). A batch whose batch-level properties say TRAN_MSG=true (a tidemq
 extension, sent by the exactly-once Spark sink) is stored as half messages in one put by
-``transaction_service.prepare_batch``; the transactional sysflag without TRAN_MSG is refused.
+``ExactlyOnceService.prepare_batch`` (broker/exactly_once/); the transactional sysflag
+without TRAN_MSG is refused.
 
 Under SYNC_FLUSH the response waits for the store's durable future (group commit), at most
 ``syncFlushTimeout``; past it the answer is FLUSH_DISK_TIMEOUT (10), which clients count as
@@ -52,6 +53,7 @@ import time
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidemq.broker.config import PERM_READ, PERM_WRITE
+from tidemq.broker.exactly_once.records import EOS_COMMIT_DROPPED
 from tidemq.broker.schedule_service import redirect_delayed
 from tidemq.broker.send_back_processor import (
     DLQ_QUEUE_NUMS,
@@ -64,7 +66,6 @@ from tidemq.broker.topic_config_manager import (
     TopicConfig,
     is_not_allowed_send_topic,
 )
-from tidemq.broker.transaction.eos_records import EOS_COMMIT_DROPPED
 from tidemq.errors import HeaderFieldError, RemoteProtocolError
 from tidemq.limits import PROPERTIES_SIZE_MAX, topic_name_problem
 from tidemq.protocol.codes import RequestCode, ResponseCode
@@ -93,6 +94,7 @@ from tidemq.store.interface import MessageBatch, PutResult, PutStatus, StoreMess
 
 if TYPE_CHECKING:
     from tidemq.broker.config import BrokerConfig
+    from tidemq.broker.exactly_once.service import ExactlyOnceService
     from tidemq.broker.identity import BrokerIdentity
     from tidemq.broker.role import ReplicationRole
     from tidemq.broker.runtime_info import BrokerStats
@@ -190,6 +192,7 @@ class SendMessageProcessor:
         groups: a send to a retry topic reads its group's max reconsume times.
         schedule: the delay levels' count (delayed messages wait in SCHEDULE_TOPIC_XXXX).
         transactions: stores transactional sends as half messages.
+        exactly_once: stores transactional batches (the exactly-once sink's) as halves.
     """
 
     def __init__(
@@ -205,6 +208,7 @@ class SendMessageProcessor:
         groups: SubscriptionGroupManager,
         schedule: ScheduleMessageService,
         transactions: TransactionService,
+        exactly_once: ExactlyOnceService,
     ) -> None:
         self._config = config
         self._store_config = store_config
@@ -216,6 +220,7 @@ class SendMessageProcessor:
         self._groups = groups
         self._schedule = schedule
         self._transactions = transactions
+        self._exactly_once = exactly_once
         self._random = random.Random()
 
     def register(self, server: RemotingServer) -> None:
@@ -512,7 +517,7 @@ class SendMessageProcessor:
             )
         batch_properties = decode_properties(header.properties) if header.properties else {}
         # A transactional batch (the exactly-once Spark sink's) is stored as half messages in
-        # one put by the transaction service (broker/transaction/exactly_once.py).
+        # one put by the transaction service (broker/exactly_once/service.py).
         prepared = header.sys_flag & SYSFLAG_TRANSACTION_MASK != TRANSACTION_NOT_TYPE or _is_true(
             batch_properties.get(PROPERTY_TRANSACTION_PREPARED)
         )
@@ -536,7 +541,7 @@ class SendMessageProcessor:
         born_host = connection.remote_address
         born_timestamp = header.born_timestamp
         reconsume_times = header.reconsume_times or 0
-        transactions = self._transactions
+        exactly_once = self._exactly_once
         if prepared:
             # Each half keeps its real destination (records.py); set with the batch's
             # properties, it has the same place in the stored text on both paths below.
@@ -548,7 +553,7 @@ class SendMessageProcessor:
         merged = merge_batch_properties(
             columns.properties, batch_properties, new_unique_keys,
             EOS_COMMIT_DROPPED if prepared else (),
-        ) if not prepared or transactions.takes_columns(batch_properties) else None
+        ) if not prepared or exactly_once.takes_columns(batch_properties) else None
         if merged is None:
             messages = _batch_messages(
                 topic, queue_id, columns, batch_properties, sysflag, born_timestamp, born_host,
@@ -557,14 +562,14 @@ class SendMessageProcessor:
         body_bytes = sum(map(len, columns.bodies))
         started = time.monotonic()
         if merged is None:
-            result = (transactions.prepare_batch(messages) if prepared
+            result = (exactly_once.prepare_batch(messages) if prepared
                       else self._store.put_messages(messages))
         else:
             batch = MessageBatch(
                 topic, queue_id, columns.bodies, merged.properties, columns.flags, merged.tags,
                 merged.keys, sysflag, born_timestamp, born_host, reconsume_times,
             )
-            result = (transactions.prepare_columns(batch, batch_properties,
+            result = (exactly_once.prepare_columns(batch, batch_properties,
                                                    merged.without_dropped) if prepared
                       else self._store.put_batch(batch))
         self._count(result, body_bytes, started)

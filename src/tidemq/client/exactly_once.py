@@ -1,7 +1,7 @@
 """Exactly-once batches, client side: half-message batches, then one commit per broker.
 
 What the exactly-once Spark sink (``pyspark_tidemq``) does with a micro-batch, in tidemq's
-terms (the broker's side, and why it is exactly once: broker/transaction/exactly_once.py):
+terms (the broker's side, and why it is exactly once: broker/exactly_once/service.py):
 
 1. every task execution (a *writer*, with a fresh ``writer_id``) sends its rows as batches
    of half messages, ``send_half_batch``: invisible to consumers until committed. Each batch
@@ -37,7 +37,7 @@ from tidemq.protocol.message import (
     TRANSACTION_PREPARED_TYPE,
 )
 
-# The broker reads the same names (broker/transaction/exactly_once.py; a unit test keeps
+# The broker reads the same names (broker/exactly_once/service.py; a unit test keeps
 # the two lists equal).
 PROPERTY_EOS_QUERY_ID = "EOS_QUERY_ID"
 PROPERTY_EOS_BATCH_ID = "EOS_BATCH_ID"

@@ -145,7 +145,7 @@ class RequestCode(IntEnum):
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
     # tidemq extensions: the exactly-once Spark sink's commit and abort of one batch's half
-    # messages on one broker (broker/transaction/exactly_once.py documents header and body).
+    # messages on one broker (broker/exactly_once/service.py documents header and body).
     # RocketMQ 4.x/5.x use no request code between 5002 and 200049; the ROCKETMQ binary
     # header holds a code in an int16, so ours stay below 32768.
     EOS_COMMIT_BATCH = 30001

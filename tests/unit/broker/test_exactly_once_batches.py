@@ -13,14 +13,15 @@ import uuid
 
 import pytest
 
-from tidemq.broker.transaction import Outcome, range_ends
-from tidemq.broker.transaction import exactly_once as broker_eos
-from tidemq.broker.transaction.eos_decisions import (
+from tidemq.broker.exactly_once import range_ends
+from tidemq.broker.exactly_once import service as broker_eos
+from tidemq.broker.exactly_once.decisions import (
     DECIDED_BATCHES_PER_QUERY_MAX,
     BatchDecision,
     EosDecisions,
 )
-from tidemq.broker.transaction.eos_records import eos_committed_message
+from tidemq.broker.exactly_once.records import eos_committed_message
+from tidemq.broker.transaction import Outcome
 from tidemq.broker.transaction.service import wall_clock_ms
 from tidemq.client import exactly_once as client_eos
 from tidemq.client.exactly_once import EosIdentity, WriterHalves
@@ -150,7 +151,7 @@ def test_commit_stores_rows_without_eos_properties_and_remembers_the_batch(broke
     service = broker.transaction_service
     first_offset = replay.ranges[0][0]
     assert service.outcome(first_offset) == (True, Outcome.ROLLBACK)
-    assert service.eos.decisions.get("query-1", 4).applied
+    assert service.batches.decisions.get("query-1", 4).applied
 
 
 def test_a_malformed_commit_is_refused_naming_the_field(broker, handlers):
@@ -178,7 +179,7 @@ def test_due_eos_halves_are_rolled_back_unless_their_batch_was_decided(broker, h
         undecided = await send_halves(table, identity(batch_id=1, timeout_ms=1_000), [b"u"])
         decided = await send_halves(table, identity(batch_id=2, timeout_ms=1_000), [b"d"])
         # A decision the broker wrote but did not apply (as after a crash mid-commit).
-        service.eos.decisions.record(BatchDecision(
+        service.batches.decisions.record(BatchDecision(
             "query-1", 2, GROUP, 1, wall_clock_ms(), {decided.writer_id: decided.ranges}))
         service.clock_ms = lambda: wall_clock_ms() + 5_000
         await service.tick()
@@ -297,7 +298,7 @@ def test_open_ranges_survive_a_restart_and_a_decided_one_is_committed_once(
         undecided = await send_halves(table, identity(batch_id=8), [b"u"])
         await service.tick()
         # Decided, not applied: as when the broker is killed right after writing it.
-        service.eos.decisions.record(BatchDecision("query-1", 7, GROUP, 2, wall_clock_ms(),
+        service.batches.decisions.record(BatchDecision("query-1", 7, GROUP, 2, wall_clock_ms(),
                                                    {decided.writer_id: decided.ranges}))
         await service.persist()  # the checkpoint (with the open ranges) and the decision
         await broker.shutdown(grace_s=1.0)
@@ -310,7 +311,7 @@ def test_open_ranges_survive_a_restart_and_a_decided_one_is_committed_once(
     async def after():
         await service.ready()
         restored = service.progress.prepared.spans()
-        await service.eos.finish_decided()
+        await service.batches.finish_decided()
         service.clock_ms = lambda: wall_clock_ms() + 120_000  # past the halves' timeout
         await service.tick()
         await asyncio.sleep(0)
@@ -320,7 +321,7 @@ def test_open_ranges_survive_a_restart_and_a_decided_one_is_committed_once(
     assert restored == [(0, 2), (2, 1)]
     assert [m.body for m in stored(broker, TOPIC, 1)] == [b"d1", b"d2"]
     assert service.outcome(undecided.ranges[0][0]) == (True, Outcome.ROLLBACK)
-    assert service.eos.decisions.get("query-1", 7).applied
+    assert service.batches.decisions.get("query-1", 7).applied
 
 
 @pytest.mark.parametrize("row_properties", [

@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from tidemq.broker.transaction.end_writer import STORED
 from tidemq.broker.transaction.progress import PendingHalf
@@ -37,7 +38,12 @@ from tidemq.remoting.errors import RemotingError
 from tidemq.store.interface import GetStatus, PutStatus
 
 if TYPE_CHECKING:
-    from tidemq.broker.transaction.service import TransactionService
+    from tidemq.broker.client_manager import ClientChannel
+    from tidemq.broker.transaction.batches import PreparedBatches
+    from tidemq.broker.transaction.end_writer import EndWriter
+    from tidemq.broker.transaction.progress import TransactionProgress
+    from tidemq.broker.transaction.settings import TransactionSettings
+    from tidemq.store.interface import MessageStore
 
 log = logging.getLogger("tidemq.broker")
 
@@ -56,10 +62,45 @@ CHECK_SEND_TIMEOUT_MS = 3_000
 READ_BYTES_MAX = 1024 * 1024 + 64 * 1024  # one half: the largest body and its headers
 
 
-class TransactionChecker:
-    """The scan and check rounds of one broker's TransactionService."""
+class CheckHost(Protocol):
+    """What the check task uses of the transaction service."""
 
-    def __init__(self, service: TransactionService) -> None:
+    store: MessageStore
+    progress: TransactionProgress
+    writer: EndWriter
+    settings: TransactionSettings
+    batches: PreparedBatches
+    clock_ms: Callable[[], int]
+
+    def stored_before_start(self, half_offset: int) -> bool:
+        """True for a half stored before this broker started."""
+        ...
+
+    def committed_before_restart(self, half: MessageExt) -> bool:
+        """True when a half stored before this start already has a committed copy."""
+        ...
+
+    def track(self, half: MessageExt, check_times: int = 0) -> None:
+        """Make ``half`` pending."""
+        ...
+
+    def live_producers(self, group: str) -> list[ClientChannel]:
+        """The connected producers of ``group``."""
+        ...
+
+    def end_missing(self, pending: PendingHalf) -> None:
+        """End a pending half whose record is gone as DISCARD."""
+        ...
+
+    def ensure_topic(self, topic: str) -> None:
+        """Give a transaction system topic a config on first use."""
+        ...
+
+
+class TransactionChecker:
+    """The scan and check rounds of one broker's transaction service."""
+
+    def __init__(self, service: CheckHost) -> None:
         self._service = service
 
     async def run(self) -> None:
@@ -155,7 +196,7 @@ class TransactionChecker:
         progress = service.progress
         settings = service.settings
         unreachable: collections.Counter[str] = collections.Counter()
-        if service.eos.settle_due_ranges(now_ms):
+        if service.batches.settle_due_ranges(now_ms):
             return True
         try:
             for _ in range(CHECKS_PER_TICK_MAX):
@@ -165,7 +206,7 @@ class TransactionChecker:
                 half = self._stored_half(pending)
                 if half is None:
                     continue
-                if service.eos.settle_due(pending, half, now_ms):
+                if service.batches.settle_due(pending, half, now_ms):
                     continue  # an exactly-once half: ended by its batch's decision
                 if pending.check_times >= settings.check_max:
                     self._discard(pending, now_ms, half)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tidemq.errors import HeaderFieldError
 from tidemq.protocol.codes import RequestCode, ResponseCode
@@ -27,7 +27,8 @@ from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import EndTransactionRequestHeader
 
 if TYPE_CHECKING:
-    from tidemq.broker.transaction.service import TransactionService
+    from tidemq.broker.transaction.end_writer import EndAnswer
+    from tidemq.protocol.headers import EndTransactionRequestHeader
     from tidemq.remoting.connection import Connection
     from tidemq.remoting.server import RemotingServer
 
@@ -36,10 +37,29 @@ log = logging.getLogger("tidemq.broker")
 _KIND_WORDS = {0: "unknown", 8: "commit", 12: "rollback"}
 
 
-class EndTransactionProcessor:
-    """Serves END_TRANSACTION for one broker's TransactionService."""
+class EndHost(Protocol):
+    """What END_TRANSACTION's handler uses of the transaction service."""
 
-    def __init__(self, service: TransactionService) -> None:
+    @property
+    def is_slave(self) -> bool:
+        """True on a slave broker (END_TRANSACTION is refused)."""
+        ...
+
+    async def ready(self) -> None:
+        """Wait until the transaction progress is restored."""
+        ...
+
+    async def end_transaction(
+        self, header: EndTransactionRequestHeader, *, answer_wanted: bool = True
+    ) -> EndAnswer | None:
+        """Commit or roll back the half the header names."""
+        ...
+
+
+class EndTransactionProcessor:
+    """Serves END_TRANSACTION for one broker's transaction service."""
+
+    def __init__(self, service: EndHost) -> None:
         self._service = service
 
     def register(self, server: RemotingServer) -> None:

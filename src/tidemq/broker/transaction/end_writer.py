@@ -34,7 +34,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from tidemq.broker.transaction.records import (
     HALF_QUEUE_ID,
@@ -48,7 +48,10 @@ from tidemq.protocol.message import PROPERTY_PRODUCER_GROUP, MessageExt
 from tidemq.store.interface import MessageBatch, PutResult, PutStatus, StoreMessage
 
 if TYPE_CHECKING:
-    from tidemq.broker.transaction.service import TransactionService
+    from tidemq.broker.runtime_info import BrokerStats
+    from tidemq.broker.transaction.progress import TransactionProgress
+    from tidemq.protocol.message import MessageExt
+    from tidemq.store.interface import MessageStore
 
 log = logging.getLogger("tidemq.broker")
 
@@ -86,14 +89,39 @@ class _QueuedEnd:
     answer: asyncio.Future[EndAnswer]
 
 
+class EndWriterHost(Protocol):
+    """What the end writer uses of the transaction service."""
+
+    store: MessageStore
+    progress: TransactionProgress
+
+    @property
+    def broker_stats(self) -> BrokerStats:
+        """The broker's put counters."""
+        ...
+
+    def op_queue_end(self) -> int:
+        """The op queue's next offset."""
+        ...
+
+    def ensure_topic(self, topic: str) -> None:
+        """Give a transaction system topic a config on first use."""
+        ...
+
+    def reopen(self, half: MessageExt) -> None:
+        """Undo the end of a half whose commit could not be stored."""
+        ...
+
+
 class EndWriter:
     """Queues ends of halves and writes them in batches (module docstring).
 
     Args:
-        service: the TransactionService (store, progress, topics, stats, reopen).
+        service: the transaction service, as an ``EndWriterHost`` (store, progress, topics,
+            stats, reopen).
     """
 
-    def __init__(self, service: TransactionService) -> None:
+    def __init__(self, service: EndWriterHost) -> None:
         self._service = service
         self._queued: list[_QueuedEnd] = []
         self._answers: dict[int, asyncio.Future[EndAnswer]] = {}  # by half offset, queued ones

@@ -81,15 +81,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidemq.broker.config import PERM_READ, PERM_WRITE, BrokerConfig
 from tidemq.broker.schedule_service import redirect_delayed
 from tidemq.broker.transaction.checker import READ_BYTES_MAX, TransactionChecker
+from tidemq.broker.transaction.end_processor import EndTransactionProcessor
 from tidemq.broker.transaction.end_writer import SUCCESS, EndAnswer, EndWriter
-from tidemq.broker.transaction.eos_records import eos_identity
 from tidemq.broker.transaction.prepared_ranges import PreparedRange
 from tidemq.broker.transaction.progress import (
     PROGRESS_FILE_NAME,
@@ -111,6 +110,7 @@ from tidemq.broker.transaction.records import (
     to_half,
     transaction_id_of,
 )
+from tidemq.broker.transaction.settings import TransactionSettings
 from tidemq.errors import RemoteProtocolError
 from tidemq.protocol.codes import ResponseCode
 from tidemq.protocol.headers import EndTransactionRequestHeader
@@ -125,7 +125,7 @@ from tidemq.protocol.message import (
     decode_record,
     iter_records,
 )
-from tidemq.store.interface import GetStatus, MessageBatch, PutResult, StoreMessage
+from tidemq.store.interface import GetStatus, StoreMessage
 
 if TYPE_CHECKING:
     from tidemq.broker.client_manager import ClientChannel, ProducerManager
@@ -133,19 +133,13 @@ if TYPE_CHECKING:
     from tidemq.broker.runtime_info import BrokerStats
     from tidemq.broker.schedule_service import ScheduleMessageService
     from tidemq.broker.topic_config_manager import TopicConfigManager
+    from tidemq.broker.transaction.batches import PreparedBatches
     from tidemq.remoting.server import RemotingServer
     from tidemq.store.interface import MessageStore
 
 __all__ = ["SUCCESS", "EndAnswer", "HalfMessageRef", "TransactionService", "TransactionSettings"]
 
 log = logging.getLogger("tidemq.broker")
-
-# RocketMQ's BrokerConfig defaults (protocol-notes §11.1).
-TRANSACTION_TIMEOUT_MS = 6_000  # transactionTimeOut: no check before a half is this old
-TRANSACTION_CHECK_INTERVAL_MS = 60_000  # transactionCheckInterval: between checks of a half
-TRANSACTION_CHECK_MAX = 15  # transactionCheckMax: then the half is discarded
-# exactlyOnceCommitCacheBytes: memory for prepared ranges' committed copies (prepared_ranges.py)
-EXACTLY_ONCE_COMMIT_CACHE_BYTES = 256 * 1024 * 1024
 
 # The checkpoint is written this often (and at shutdown); RocketMQ persists consumer offsets,
 # which hold its transaction progress, every 5 s.
@@ -173,36 +167,6 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class TransactionSettings:
-    """The check service's timing (RocketMQ BrokerConfig keys in brackets).
-
-    Attributes:
-        timeout_ms: a half is first checked once this old [transactionTimeOut].
-        check_interval_ms: time between checks of one half [transactionCheckInterval].
-        check_max: checks sent before a half is discarded [transactionCheckMax].
-        commit_cache_bytes: memory for the committed copies of open exactly-once ranges,
-            which spare their commit a parse of the halves [exactlyOnceCommitCacheBytes,
-            tidemq's own].
-    """
-
-    timeout_ms: int = TRANSACTION_TIMEOUT_MS
-    check_interval_ms: int = TRANSACTION_CHECK_INTERVAL_MS
-    check_max: int = TRANSACTION_CHECK_MAX
-    commit_cache_bytes: int = EXACTLY_ONCE_COMMIT_CACHE_BYTES
-
-    @classmethod
-    def from_broker_config(cls, config: BrokerConfig) -> TransactionSettings:
-        """The settings of transactionTimeOut, transactionCheckInterval, transactionCheckMax,
-        exactlyOnceCommitCacheBytes."""
-        return cls(
-            timeout_ms=config.transaction_timeout_ms,
-            check_interval_ms=config.transaction_check_interval_ms,
-            check_max=config.transaction_check_max,
-            commit_cache_bytes=config.exactly_once_commit_cache_bytes,
-        )
-
-
 class HalfMessageRef(NamedTuple):
     """Where an unended half message is, and whose it is."""
 
@@ -224,7 +188,10 @@ class TransactionService:
         topics: the transaction system topics get a config on first use.
         producers: the producer groups' connections the checks are sent over.
         schedule: the delay levels' count (a committed message may be delayed).
-        config_dir: where transactionProgress.json and eosCommits.json live.
+        config_dir: where transactionProgress.json lives.
+        batches: makes the exactly-once part (tidemq.broker.exactly_once) on this service,
+            which it sees as a ``HalfLedger``; the service and its check task call it back
+            through ``PreparedBatches`` (batches.py) only.
         settings: timing; by default read from ``config``.
         clock_ms: wall-clock milliseconds; tests inject one to make halves old.
 
@@ -243,13 +210,10 @@ class TransactionService:
         producers: ProducerManager,
         schedule: ScheduleMessageService,
         config_dir: Path,
+        batches: Callable[[TransactionService], PreparedBatches],
         settings: TransactionSettings | None = None,
         clock_ms: Callable[[], int] | None = None,
     ) -> None:
-        from tidemq.broker.transaction.end_processor import EndTransactionProcessor
-        from tidemq.broker.transaction.eos_processor import ExactlyOnceProcessor
-        from tidemq.broker.transaction.exactly_once import ExactlyOnceService
-
         self.store: MessageStore = store
         self._role = role
         self._stats = stats
@@ -264,8 +228,7 @@ class TransactionService:
         self.writer = EndWriter(self)
         self.checker = TransactionChecker(self)
         self.end_processor = EndTransactionProcessor(self)
-        self.eos = ExactlyOnceService(self, config_dir)
-        self.eos_processor = ExactlyOnceProcessor(self, self.eos)
+        self.batches: PreparedBatches = batches(self)
         self._restored_below = 0  # halves below this queue offset were stored before start
         self._started_ms = 0
         self._topics_ready: set[str] = set()
@@ -279,7 +242,6 @@ class TransactionService:
     def register(self, server: RemotingServer) -> None:
         """Register the END_TRANSACTION and exactly-once handlers on ``server``."""
         self.end_processor.register(server)
-        self.eos_processor.register(server)
 
     @property
     def is_slave(self) -> bool:
@@ -300,7 +262,7 @@ class TransactionService:
         finally:
             self._ready.set()
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self.eos.finish_decided(),
+        self._tasks.append(loop.create_task(self.batches.finish_decided(),
                                             name="exactly-once-finish"))
         self._tasks.append(loop.create_task(self.checker.run(), name="transaction-check"))
         self._tasks.append(loop.create_task(self._persist_loop(), name="transaction-progress"))
@@ -337,7 +299,7 @@ class TransactionService:
         snapshot = self.progress.snapshot(self.op_queue_end())
         if snapshot is not None:
             await asyncio.to_thread(self.progress.write_snapshot, snapshot)
-        await self.eos.write_decisions()  # applied marks are written lazily, here
+        await self.batches.write_decisions()  # applied marks are written lazily, here
 
     async def _persist_loop(self) -> None:
         while True:
@@ -365,26 +327,6 @@ class TransactionService:
             return message
         self.ensure_topic(HALF_TOPIC)
         return to_half(message)
-
-    def prepare_batch(self, messages: list[StoreMessage]) -> PutResult:
-        """Store a transactional SEND_BATCH_MESSAGE as half messages in one put.
-
-        Called by the send path for a batch whose sysflag or properties say it is
-        transactional (exactly_once.py); the result's queue offset is the first half's.
-        """
-        return self.eos.prepare_batch(messages)
-
-    def takes_columns(self, batch_properties: dict[str, str]) -> bool:
-        """True when a transactional batch with these batch properties may be stored by
-        columns with ``prepare_columns`` (exactly_once.py: the sink's batches)."""
-        return self.eos.takes_columns(batch_properties)
-
-    def prepare_columns(self, batch: MessageBatch, batch_properties: dict[str, str],
-                        committed_properties: list[bytes] | None = None) -> PutResult:
-        """Store a transactional batch given in columns as half messages in one put
-        (``takes_columns`` must be true of ``batch_properties``; the other arguments as
-        ``ExactlyOnceService.prepare_columns``)."""
-        return self.eos.prepare_columns(batch, batch_properties, committed_properties)
 
     # -- END_TRANSACTION -------------------------------------------------------------------
 
@@ -618,7 +560,7 @@ class TransactionService:
             if first < half_min:
                 continue  # retention removed (part of) it: its halves end as they are met
             half = self._read_half(first)
-            identity = eos_identity(half) if half is not None else None
+            identity = self.batches.identity(half) if half is not None else None
             if half is None or identity is None:
                 log.warning("exactly-once halves at offsets %d-%d are no longer readable; "
                             "they are not tracked", first, first + count - 1)

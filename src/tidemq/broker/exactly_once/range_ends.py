@@ -52,7 +52,7 @@ from itertools import repeat
 from operator import add, gt
 from typing import TYPE_CHECKING, NamedTuple
 
-from tidemq.broker.transaction.eos_records import (
+from tidemq.broker.exactly_once.records import (
     EOS_COMMIT_DROPPED,
     PROPERTY_EOS_BATCH_ID,
     PROPERTY_EOS_QUERY_ID,
@@ -87,7 +87,7 @@ from tidemq.protocol.message import (
 from tidemq.store.interface import GetStatus, MessageBatch, StoreMessage
 
 if TYPE_CHECKING:
-    from tidemq.broker.transaction.service import TransactionService
+    from tidemq.broker.exactly_once.ledger import HalfLedger
 
 log = logging.getLogger("tidemq.broker")
 
@@ -122,7 +122,7 @@ def _host_text(address: bytes, port: int) -> str:
     return unpack_host(address, port)
 
 
-def read_range_bytes(service: TransactionService, first: int, count: int) -> list[bytes] | None:
+def read_range_bytes(service: HalfLedger, first: int, count: int) -> list[bytes] | None:
     """The stored records at ``[first, first + count)`` as the store returns them (one
     bytes per read), or None when the store does not have them all."""
     store = service.store
@@ -304,7 +304,7 @@ def _index_keys(unique_keys: list[bytes] | None, user_keys: list[bytes] | None,
     ]
 
 
-def committed_from_copies(service: TransactionService, prepared: PreparedRange
+def committed_from_copies(service: HalfLedger, prepared: PreparedRange
                           ) -> MessageBatch | None:
     """The committed messages of ``prepared`` from its ``CommittedCopies`` and the bodies
     of its halves, read in one piece; None when the stored bytes are not the halves
@@ -341,7 +341,7 @@ def committed_from_copies(service: TransactionService, prepared: PreparedRange
     )
 
 
-def read_range(service: TransactionService, first: int, count: int) -> list[MessageExt] | None:
+def read_range(service: HalfLedger, first: int, count: int) -> list[MessageExt] | None:
     """The stored halves at ``[first, first + count)``, decoded once; None when one of
     them is missing or does not decode."""
     store = service.store
@@ -365,13 +365,13 @@ def read_range(service: TransactionService, first: int, count: int) -> list[Mess
     return halves
 
 
-def can_end_whole(service: TransactionService, prepared: PreparedRange) -> bool:
+def can_end_whole(service: HalfLedger, prepared: PreparedRange) -> bool:
     """True when ``prepared`` may be ended as a unit (module docstring)."""
     return (not prepared.ended_apart and not service.stored_before_start(prepared.first)
             and service.progress.prepared.find(prepared.first) is prepared)
 
 
-def commit_range(service: TransactionService, prepared: PreparedRange) -> int | None:
+def commit_range(service: HalfLedger, prepared: PreparedRange) -> int | None:
     """Commit every half of ``prepared`` (module docstring).
 
     Returns:
@@ -382,7 +382,7 @@ def commit_range(service: TransactionService, prepared: PreparedRange) -> int | 
     return commit_ranges(service, [prepared])[0]
 
 
-def commit_ranges(service: TransactionService, ranges: Sequence[PreparedRange]
+def commit_ranges(service: HalfLedger, ranges: Sequence[PreparedRange]
                   ) -> list[int | None]:
     """``commit_range`` of each of ``ranges``, their committed copies stored first, then
     one op record naming every half they committed, then their ends in memory (the order
@@ -439,7 +439,7 @@ def commit_groups(ranges: Sequence[PreparedRange]) -> Iterator[list[PreparedRang
         yield group
 
 
-def _committed_messages(service: TransactionService, prepared: PreparedRange
+def _committed_messages(service: HalfLedger, prepared: PreparedRange
                         ) -> MessageBatch | list[StoreMessage] | None:
     """The committed messages of every half of ``prepared``: from its committed copies,
     else by columns when they fit, or None (per-half path)."""
@@ -462,7 +462,7 @@ def _committed_messages(service: TransactionService, prepared: PreparedRange
         return None
 
 
-def roll_back_range(service: TransactionService, prepared: PreparedRange) -> int:
+def roll_back_range(service: HalfLedger, prepared: PreparedRange) -> int:
     """Roll back every open half of ``prepared`` with one op record; returns how many."""
     progress = service.progress
     if prepared.ended_apart:

@@ -1,7 +1,7 @@
 """EOS_COMMIT_BATCH (30001) and EOS_ABORT_BATCH (30002): tidemq's exactly-once batch requests.
 
 The driver of an exactly-once Spark sink sends one of each per broker and micro-batch
-(exactly_once.py has the header, the body and what the broker does). Answers:
+(service.py has the header, the body and what the broker does). Answers:
 
 - a slave: SLAVE_NOT_AVAILABLE (its master keeps the transactions);
 - a malformed header or body: SYSTEM_ERROR naming the field;
@@ -11,9 +11,10 @@ The driver of an exactly-once Spark sink sends one of each per broker and micro-
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from tidemq.broker.transaction.exactly_once import (
+from tidemq.broker.exactly_once.service import (
     EosRequestError,
     ExactlyOnceService,
     answer_for_bad_request,
@@ -23,17 +24,30 @@ from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 
 if TYPE_CHECKING:
-    from tidemq.broker.transaction.service import TransactionService
+    from tidemq.broker.role import ReplicationRole
     from tidemq.remoting.connection import Connection
     from tidemq.remoting.server import RemotingServer
 
 
 class ExactlyOnceProcessor:
-    """Serves the two exactly-once requests for one broker's TransactionService."""
+    """Serves the two exactly-once requests for one broker.
 
-    def __init__(self, service: TransactionService, eos: ExactlyOnceService) -> None:
-        self._service = service
+    Args:
+        eos: the broker's exactly-once part.
+        role: a slave refuses both requests.
+        ready: waits until the transaction progress is restored (TransactionService.ready).
+    """
+
+    def __init__(
+        self,
+        *,
+        eos: ExactlyOnceService,
+        role: ReplicationRole,
+        ready: Callable[[], Awaitable[None]],
+    ) -> None:
         self._eos = eos
+        self._role = role
+        self._ready = ready
 
     def register(self, server: RemotingServer) -> None:
         """Register the handlers on ``server``."""
@@ -42,8 +56,7 @@ class ExactlyOnceProcessor:
 
     async def handle(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         """Answer one commit or abort."""
-        service = self._service
-        if service.is_slave:
+        if self._role.is_slave:
             return RemotingCommand.response_to(
                 request, ResponseCode.SLAVE_NOT_AVAILABLE,
                 "this broker is a slave (brokerRole=SLAVE) and keeps no transactions; commit "
@@ -54,7 +67,7 @@ class ExactlyOnceProcessor:
         except EosRequestError as exc:
             answer = answer_for_bad_request(exc)
         else:
-            await service.ready()
+            await self._ready()
             if request.code == RequestCode.EOS_COMMIT_BATCH:
                 answer = await self._eos.commit(batch)
             else:

@@ -36,7 +36,7 @@ until their commit or their timeout.
    EOS_BATCH_INCOMPLETE naming the first problem (typically halves rolled back because the
    batch took longer than their immunity); nothing is decided, the driver fails the batch,
    and a restarted query replays it.
-3. The decision is written to ``eosCommits.json`` (eos_decisions.py) and only then are the
+3. The decision is written to ``eosCommits.json`` (decisions.py) and only then are the
    halves committed: a prepared range as a unit (range_ends.py: one read, batched puts of
    the committed messages, one op record), anything else half by half through the
    END_TRANSACTION path (end_writer.py), with the event loop free every APPLY_CHUNK
@@ -51,7 +51,7 @@ round can reach them (``finish_decided``). And whenever an EOS half or prepared 
 due (its immunity passed): one within the ranges of a decision is committed, never rolled
 back; any other is rolled back at once, without asking a producer (the task that sent it is
 gone): rows of killed task attempts and of drivers that died before committing disappear
-this way. Committed messages lose the EOS_* and CHECK_IMMUNITY properties (eos_records.py).
+this way. Committed messages lose the EOS_* and CHECK_IMMUNITY properties (records.py).
 
 *Abort* (EOS_ABORT_BATCH): the listed writers' halves that no decision holds are rolled back
 now; a driver calls it for a failed micro-batch (best effort: the timeout does the same).
@@ -88,14 +88,19 @@ from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemq.broker.transaction.end_writer import EndAnswer
-from tidemq.broker.transaction.eos_decisions import (
+from tidemq.broker.exactly_once.decisions import (
     EOS_COMMITS_FILE_NAME,
     BatchDecision,
     EosDecisions,
     Range,
 )
-from tidemq.broker.transaction.eos_records import (
+from tidemq.broker.exactly_once.range_ends import (
+    commit_groups,
+    commit_range,
+    commit_ranges,
+    roll_back_range,
+)
+from tidemq.broker.exactly_once.records import (
     EOS_PROPERTIES,
     PROPERTY_EOS_BATCH_ID,
     PROPERTY_EOS_PARTITION,
@@ -104,13 +109,8 @@ from tidemq.broker.transaction.eos_records import (
     eos_committed_message,
     eos_identity,
 )
+from tidemq.broker.transaction.end_writer import EndAnswer
 from tidemq.broker.transaction.prepared_ranges import CommittedCopies, PreparedRange
-from tidemq.broker.transaction.range_ends import (
-    commit_groups,
-    commit_range,
-    commit_ranges,
-    roll_back_range,
-)
 from tidemq.broker.transaction.records import (
     HALF_QUEUE_ID,
     HALF_TOPIC,
@@ -138,8 +138,8 @@ from tidemq.store.interface import GetStatus, MessageBatch, PutResult, PutStatus
 from tidemq.store.record_encoder import body_crcs
 
 if TYPE_CHECKING:
+    from tidemq.broker.exactly_once.ledger import HalfLedger
     from tidemq.broker.transaction.progress import PendingHalf
-    from tidemq.broker.transaction.service import TransactionService
 
 log = logging.getLogger("tidemq.broker")
 
@@ -290,18 +290,24 @@ class ExactlyOnceService:
     """Prepared batches, EOS commits and aborts, and EOS halves the check service finds due.
 
     Args:
-        service: the broker's TransactionService (store, progress, end writer, config dir).
+        service: the transaction service, seen through the narrow ``HalfLedger``
+            (ledger.py: store, progress, end writer, timing).
+        config_dir: where eosCommits.json lives.
 
     Raises:
         ConfigFileCorrupt: eosCommits.json and its .bak are both unreadable.
     """
 
-    def __init__(self, service: TransactionService, config_dir: str | Path) -> None:
+    def __init__(self, service: HalfLedger, config_dir: str | Path) -> None:
         self._service = service
         self.decisions = EosDecisions(Path(config_dir) / EOS_COMMITS_FILE_NAME)
         self._deciding: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._write_lock: asyncio.Lock | None = None
         self._last_rolled_back: tuple[str, str, str] | None = None
+
+    def identity(self, half: MessageExt) -> tuple[str, str, str] | None:
+        """``(query id, batch id text, writer id)`` of an exactly-once half, else None."""
+        return eos_identity(half)
 
     # -- the send path ---------------------------------------------------------------------
 
