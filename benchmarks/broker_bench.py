@@ -69,7 +69,7 @@ def wait_for_port(port: int, timeout_s: float = 30) -> None:
 class DevServer:
     """A ``tidemq dev`` process on free ports with its own store; stopped by PID."""
 
-    def __init__(self, work_dir: str):
+    def __init__(self, work_dir: str, extra_args: list[str] | None = None):
         self.namesrv_port = free_port()
         broker_port = free_port()
         while broker_port - 2 == self.namesrv_port:
@@ -78,7 +78,7 @@ class DevServer:
         self.process = subprocess.Popen(
             [TIDEMQ, "dev", "--namesrvPort", str(self.namesrv_port),
              "--listenPort", str(broker_port),
-             "--storePathRootDir", os.path.join(work_dir, "store")],
+             "--storePathRootDir", os.path.join(work_dir, "store"), *(extra_args or [])],
             stdout=self.log, stderr=subprocess.STDOUT, cwd=work_dir,
         )
         wait_for_port(broker_port)

@@ -1,0 +1,206 @@
+"""The whole figure set in one command, as a regression guard for speed:
+
+    .venv/bin/python benchmarks/figures.py [--runs 3] [--messages 200000] [--quick] [--json]
+
+Each run starts a fresh ``tidemq dev`` with ASYNC_FLUSH, then one with SYNC_FLUSH (free
+loopback ports, a store in a temporary directory), and measures against them, clients in
+their own processes (``tidemq bench`` and ``latency_bench.py``), 1 KiB messages:
+
+throughput (ASYNC_FLUSH)
+  ``produce_batch`` (64 per request, 16 in flight), ``produce_single`` (64 in flight),
+  ``consume_pull`` (one PullConsumer process reading the batch topic from its first offset);
+many queues (ASYNC_FLUSH)
+  ``queues_1024_vs_1``: batch produce to a new topic of 1024 queues over the same to a new
+  topic of 1 queue (first messages to every queue included);
+latency (``latency_bench.measure``: nanosecond stamps in the bodies)
+  ``e2e_pull_2000`` / ``e2e_push_2000``: p99 and p999 at 2,000 msg/s offered by a producer
+  with 16 sends in flight, PullConsumer (long polling, 100 ms polls) or PushConsumer;
+  ``e2e_pull_20000``: p99 at 20,000 msg/s; ``e2e_pull_2000_sync``: p99 with SYNC_FLUSH;
+durable
+  ``sync_vs_async_batch``: SYNC_FLUSH batch produce over ASYNC_FLUSH batch produce of the
+  same run (``produce_batch_sync`` is the SYNC_FLUSH rate).
+
+Next to some figures, the broker's (and the latency consumer's) CPU per message: the
+steadier figure on a shared machine. The table gives the median over runs, every run's
+figure, the target of issue 18 and whether it is met, and the load average at the start
+and the end (the machine is shared: compare figures of one table, or tables of similar
+load). ``--quick``: one run, fewer messages and
+shorter latency runs, for a check while working.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+from broker_bench import DevServer, bench, produce_with_cpu
+from idle import wait_process_idle
+from latency_bench import load_average, measure
+from store_bench import machine_description
+
+# name -> (unit, target text, is the target met by this median?)
+TARGETS: dict[str, tuple[str, str, object]] = {
+    "produce_batch": ("msg/s", ">= 200,000", lambda v: v >= 200_000),
+    "produce_batch_broker_cpu": ("us/msg", "", None),
+    "produce_single": ("msg/s", "", None),
+    "produce_single_broker_cpu": ("us/msg", "", None),
+    "consume_pull": ("msg/s", ">= 300,000", lambda v: v >= 300_000),
+    "queues_1024_vs_1": ("ratio", ">= 0.9", lambda v: v >= 0.9),
+    "e2e_pull_2000_p99": ("ms", "<= 2", lambda v: v <= 2),
+    "e2e_pull_2000_broker_cpu": ("us/msg", "", None),
+    "e2e_pull_2000_consumer_cpu": ("us/msg", "", None),
+    "e2e_pull_2000_p999": ("ms", "<= 5", lambda v: v <= 5),
+    "e2e_push_2000_p99": ("ms", "<= 2", lambda v: v <= 2),
+    "e2e_push_2000_p999": ("ms", "<= 5", lambda v: v <= 5),
+    "e2e_pull_20000_p99": ("ms", "<= 5", lambda v: v <= 5),
+    "e2e_pull_2000_sync_p99": ("ms", "<= 3", lambda v: v <= 3),
+    "produce_batch_sync": ("msg/s", "", None),
+    "produce_batch_sync_broker_cpu": ("us/msg", "", None),
+    "sync_vs_async_batch": ("ratio", ">= 0.8", lambda v: v >= 0.8),
+}
+
+
+def create_topic(namesrv: str, topic: str, queues: int) -> None:
+    import subprocess
+
+    tidemq = os.path.join(os.path.dirname(sys.executable), "tidemq")
+    subprocess.run([tidemq, "admin", "updateTopic", "-n", namesrv, "-c", "DefaultCluster",
+                    "-t", topic, "-r", str(queues), "-w", str(queues)],
+                   check=True, capture_output=True, timeout=120)
+
+
+def latency_figures(namesrv: str, work_dir: str, prefix: str, seconds: float,
+                    **kwargs: object) -> dict[str, float]:
+    result = measure(namesrv, work_dir, seconds=seconds, **kwargs)  # type: ignore[arg-type]
+    return {f"{prefix}_p99": result["latency_ms_p99"],
+            f"{prefix}_p999": result["latency_ms_p999"],
+            f"{prefix}_broker_cpu": result.get("broker_cpu_us_per_msg"),
+            f"{prefix}_consumer_cpu": result["consumer_cpu_us_per_msg"]}
+
+
+def produce_figures(server: DevServer, name: str, topic: str, count: int,
+                    *args: str) -> dict[str, float]:
+    summary = produce_with_cpu(server, topic, count, *args)
+    return {name: summary["msgs_per_s"],
+            f"{name}_broker_cpu": summary["broker_cpu_us_per_msg"]}
+
+
+def async_run(args: argparse.Namespace, work_dir: str) -> dict[str, float]:
+    server = DevServer(os.path.join(work_dir, "async"))
+    try:
+        namesrv, pid = server.namesrv, server.process.pid
+        size = str(args.size)
+        figures: dict[str, float] = {}
+        figures.update(produce_figures(server, "produce_batch", "FigBatch", args.messages,
+                                       "-s", size, "-b", "64", "-c", "16"))
+        figures.update(produce_figures(server, "produce_single", "FigSingle",
+                                       args.messages // 4, "-s", size, "-b", "0", "-c", "64"))
+        wait_process_idle(pid)
+        figures["consume_pull"] = bench(namesrv, "consume", "-t", "FigBatch", "--from", "first",
+                                        "--count", str(args.messages))["msgs_per_s"]
+        rates = {}
+        for queues in (1, 1024):
+            topic = f"FigQueues{queues}"
+            create_topic(namesrv, topic, queues)
+            wait_process_idle(pid)
+            rates[queues] = bench(namesrv, "produce", "-t", topic, "-s", size, "-b", "64",
+                                  "-c", "16", "--count", str(args.messages),
+                                  timeout_s=600)["msgs_per_s"]
+        figures["queues_1024_vs_1"] = rates[1024] / rates[1]
+        wait_process_idle(pid)
+        figures.update(latency_figures(namesrv, work_dir, "e2e_pull_2000",
+                                       args.latency_seconds, consumer_kind="pull",
+                                       broker_pid=pid))
+        figures.update(latency_figures(namesrv, work_dir, "e2e_push_2000",
+                                       args.latency_seconds, consumer_kind="push"))
+        figures.update(latency_figures(namesrv, work_dir, "e2e_pull_20000",
+                                       args.latency_seconds, consumer_kind="pull",
+                                       rate=20_000, concurrency=64))
+        return figures
+    finally:
+        server.stop()
+
+
+def sync_run(args: argparse.Namespace, work_dir: str) -> dict[str, float]:
+    server = DevServer(os.path.join(work_dir, "sync"), extra_args=["--flushDiskType",
+                                                                   "SYNC_FLUSH"])
+    try:
+        figures = produce_figures(server, "produce_batch_sync", "FigBatch", args.messages,
+                                  "-s", str(args.size), "-b", "64", "-c", "16")
+        wait_process_idle(server.process.pid)
+        figures.update(latency_figures(server.namesrv, work_dir, "e2e_pull_2000_sync",
+                                       args.latency_seconds, consumer_kind="pull"))
+        return figures
+    finally:
+        server.stop()
+
+
+def one_run(args: argparse.Namespace) -> dict[str, float]:
+    work_dir = tempfile.mkdtemp(prefix="figures-", dir=args.dir)
+    try:
+        for side in ("async", "sync"):
+            os.makedirs(os.path.join(work_dir, side))
+        figures = async_run(args, work_dir)
+        figures.update(sync_run(args, work_dir))
+        figures["sync_vs_async_batch"] = figures["produce_batch_sync"] / figures["produce_batch"]
+        return figures
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def table(runs: list[dict[str, float]]) -> str:
+    lines = ["| figure | median | runs | target | met |", "|---|---|---|---|---|"]
+    for name, (unit, target, check) in TARGETS.items():
+        values = [run[name] for run in runs if run.get(name) is not None]
+        if not values:
+            continue
+        median = statistics.median(values)
+
+        def show(value: float, unit: str = unit) -> str:
+            return (f"{value:,.0f}" if unit == "msg/s" else f"{value:.1f}" if unit == "us/msg"
+                    else f"{value:.2f}")
+
+        met = "" if check is None else ("yes" if check(median) else "**no**")
+        lines.append(f"| {name} ({unit}) | **{show(median)}** | "
+                     f"{'; '.join(show(v) for v in values)} | {target} | {met} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--latency-seconds", type=float, default=15)
+    parser.add_argument("--quick", action="store_true",
+                        help="one run, 50,000 messages, 8 s latency runs")
+    parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.runs, args.messages, args.latency_seconds = 1, 50_000, 8
+    os.makedirs(args.dir, exist_ok=True)
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load_before = load_average()
+    runs = [one_run(args) for _ in range(args.runs)]
+    load_after = load_average()
+    if args.json:
+        print(json.dumps({"started": started, "machine": machine_description(),
+                          "load_average": [load_before, load_after], "runs": runs}))
+        return 0
+    print(f"figure set: {args.runs} run(s), {args.messages} x {args.size} B, latency runs "
+          f"{args.latency_seconds:g} s; {started}")
+    print(f"machine: {machine_description()}")
+    print(f"load average (1, 5, 15 min): {load_before} at the start, {load_after} at the end")
+    print(table(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,422 @@
+"""End-to-end latency at a fixed offered rate, with its distribution over time:
+
+    .venv/bin/python benchmarks/latency_bench.py [--rate 2000] [--seconds 20]
+        [--consumer pull|push] [--flush ASYNC_FLUSH|SYNC_FLUSH] [--concurrency 16]
+        [--queues 8] [--runs 3] [--timeline] [--namesrv HOST:PORT] [--json]
+
+Starts its own ``tidemq dev`` (fresh store, free loopback ports, ``--flush`` as its
+flushDiskType) unless ``--namesrv`` names a running cluster. Then, each in its own process,
+as users run them:
+
+- a consumer (``--consumer pull``: a PullConsumer assigned every queue, waiting at their
+  end and polling with a 100 ms timeout; ``push``: a PushConsumer of a fresh group with a
+  listener that records and returns) that says when it waits at the end of the topic;
+- a producer offering ``--rate`` single messages a second from ``--concurrency`` coroutines
+  on a fixed schedule (a slow reply does not lower the offered load), each body starting with
+  the wall-clock nanoseconds at the ``send`` call.
+
+Latency is the consumer's wall clock when the message reaches its code (``poll`` returns it,
+or the listener is called) minus the stamp in the body: nanosecond stamps, not the
+millisecond born timestamp, so a 2 ms target can be judged. It prints p50/p99/p999/max
+per run and the median over runs, the producer's send-acknowledgement p99, the host's load
+average, and with ``--timeline`` a text plot of every run: the worst latency of each 100 ms
+window, one row per second, so a periodic stall shows as a column of spikes.
+
+Standalone roles (``--role producer|consumer``) are how the driver runs the two processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from array import array
+
+STAMP = struct.Struct("<q")
+WINDOW_MS = 100  # timeline resolution: the worst latency of each window this long
+READY_LINE = "ready"
+
+
+async def _probe_loop_lag(lags: array, period_s: float = 0.005) -> None:
+    """Record (wall ns, lateness ns) whenever a ``period_s`` sleep wakes more than 2 ms late:
+    the process's event loop was busy, or the process had no CPU."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + period_s
+        await asyncio.sleep(period_s)
+        late = loop.time() - due
+        if late > 0.002:
+            lags.append(time.time_ns())
+            lags.append(int(late * 1e9))
+
+
+# -- the two roles -------------------------------------------------------------------------------
+
+
+async def _produce(args: argparse.Namespace) -> dict:
+    from tidemq import Message, Producer
+
+    pad = os.urandom(max(0, args.size - STAMP.size))
+    interval_s = 1.0 / args.rate
+    acks_ms: list[float] = []
+    sent = [0]
+    errors = [0]
+    lags = array("q")
+    probe = asyncio.ensure_future(_probe_loop_lag(lags))
+    async with Producer(f"LAT_P_{os.getpid()}", args.namesrv) as producer:
+        await producer.send(Message(args.topic, STAMP.pack(time.time_ns()) + pad))
+        cpu_started = time.process_time()
+        started = time.perf_counter()
+        deadline = started + args.seconds
+        next_slot = [started]
+
+        async def worker() -> None:
+            while True:
+                slot = next_slot[0]
+                if slot >= deadline:
+                    return
+                next_slot[0] += interval_s
+                delay = slot - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                begun = time.perf_counter()
+                try:
+                    await producer.send(Message(args.topic, STAMP.pack(time.time_ns()) + pad))
+                except Exception:  # counted; the run goes on at the offered rate
+                    errors[0] += 1
+                    continue
+                acks_ms.append((time.perf_counter() - begun) * 1000)
+                sent[0] += 1
+
+        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+        seconds = time.perf_counter() - started
+        cpu_s = time.process_time() - cpu_started
+    probe.cancel()
+    acks_ms.sort()
+    return {"sent": sent[0] + 1, "errors": errors[0], "seconds": seconds,
+            "ack_ms_p50": _pick(acks_ms, 0.5), "ack_ms_p99": _pick(acks_ms, 0.99),
+            "cpu_us_per_msg": cpu_s / max(1, sent[0]) * 1e6, "loop_lags": lags.tolist()}
+
+
+async def _consume(args: argparse.Namespace) -> None:
+    """Record (arrival ns, latency ns) per message until the driver writes the number of
+    messages sent on stdin, then until that many arrived (or 10 s more)."""
+    from tidemq import ConsumeResult, PullConsumer, PushConsumer
+
+    arrivals = array("q")
+    latencies = array("q")
+    to_store = array("q")  # store timestamp (ms) minus the stamp: the send side's part
+    lags = array("q")
+    probe = asyncio.ensure_future(_probe_loop_lag(lags))
+    loop = asyncio.get_running_loop()
+    expected: asyncio.Future[int] = loop.create_future()
+
+    def read_expected() -> None:
+        line = sys.stdin.readline()
+        loop.call_soon_threadsafe(expected.set_result, int(line.strip() or 0))
+
+    def record(messages: list) -> None:
+        now = time.time_ns()
+        for message in messages:
+            stamp = STAMP.unpack_from(message.body)[0]
+            arrivals.append(now)
+            latencies.append(now - stamp)
+            to_store.append(message.store_timestamp * 1_000_000 - stamp)
+
+    cpu = [0.0, 0.0]
+
+    async def until_done() -> None:
+        cpu[0] = time.process_time()
+        count = await expected
+        deadline = time.monotonic() + 10
+        while len(latencies) < count and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        cpu[1] = time.process_time()
+
+    group = f"LAT_C_{os.getpid()}"
+    if args.consumer == "pull":
+        async with PullConsumer(group, args.namesrv, consume_from="LAST", auto_commit=False,
+                                pull_batch_size=args.pull_batch) as consumer:
+            consumer.assign(await consumer.queues(args.topic))
+            await consumer.seek_to_end()
+            print(READY_LINE, flush=True)
+            threading.Thread(target=read_expected, daemon=True).start()
+            done = asyncio.ensure_future(until_done())
+            while not done.done():
+                messages = await consumer.poll(100)
+                if messages:
+                    record(messages)
+    else:
+        consumer = PushConsumer(group, args.namesrv, consume_from="LAST",
+                                pull_batch_size=args.pull_batch)
+        consumer.subscribe(args.topic, "*")
+
+        @consumer.listener
+        def on_messages(messages: list) -> ConsumeResult:
+            record(messages)
+            return ConsumeResult.SUCCESS
+
+        async with consumer:
+            # Ready once every queue of the topic is owned and its first pull is parked.
+            route = await consumer.instance.route(args.topic)
+            queue_count = len(route.subscribe_queues(args.topic)) if route else 0
+            bound = time.monotonic() + 30
+            while (len([q for q in consumer.assignment() if q.topic == args.topic])
+                   < queue_count and time.monotonic() < bound):
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.0)  # first pulls answered and parked at the end
+            print(READY_LINE, flush=True)
+            threading.Thread(target=read_expected, daemon=True).start()
+            await until_done()
+    with open(args.out, "wb") as out:
+        out.write(STAMP.pack(len(latencies)))
+        arrivals.tofile(out)
+        latencies.tofile(out)
+        to_store.tofile(out)
+        out.write(STAMP.pack(int((cpu[1] - cpu[0]) * 1e9)))
+        out.write(STAMP.pack(len(lags)))
+        lags.tofile(out)
+    probe.cancel()
+
+
+def _pick(sorted_values: list, fraction: float) -> float | None:
+    if not sorted_values:
+        return None
+    index = min(len(sorted_values) - 1, max(0, round(fraction * len(sorted_values)) - 1))
+    return sorted_values[index]
+
+
+# -- the driver ----------------------------------------------------------------------------------
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.1f} {five:.1f} {fifteen:.1f}"
+
+
+def _read_samples(path: str) -> tuple[tuple[array, array, array], array, float]:
+    """The consumer's columns, its loop lags and its CPU seconds over the run."""
+    with open(path, "rb") as source:
+        (count,) = STAMP.unpack(source.read(STAMP.size))
+        columns = array("q"), array("q"), array("q")
+        for column in columns:
+            column.fromfile(source, count)
+        (cpu_ns,) = STAMP.unpack(source.read(STAMP.size))
+        (lag_count,) = STAMP.unpack(source.read(STAMP.size))
+        lags = array("q")
+        lags.fromfile(source, lag_count)
+    return columns, lags, cpu_ns / 1e9
+
+
+def summarize(arrivals: array, latencies: array, to_store: array) -> dict:
+    """Percentiles (ms) and the worst latency per WINDOW_MS window, in arrival order; the
+    same for the part up to the broker's store timestamp (millisecond resolution)."""
+    ordered = sorted(latencies)
+    ms = [x / 1e6 for x in ordered]
+    windows: list[float] = []
+    store_windows: list[float] = []
+    if arrivals:
+        first = min(arrivals)
+        for arrived, latency, stored in zip(arrivals, latencies, to_store, strict=True):
+            index = (arrived - first) // (WINDOW_MS * 1_000_000)
+            while len(windows) <= index:
+                windows.append(0.0)
+                store_windows.append(0.0)
+            windows[index] = max(windows[index], latency / 1e6)
+            store_windows[index] = max(store_windows[index], stored / 1e6)
+    return {
+        "received": len(ms),
+        "latency_ms_p50": _pick(ms, 0.5), "latency_ms_p99": _pick(ms, 0.99),
+        "latency_ms_p999": _pick(ms, 0.999), "latency_ms_max": ms[-1] if ms else None,
+        "windows_over_10ms": sum(1 for w in windows if w > 10),
+        "window_max_ms": windows,
+        "window_to_store_max_ms": store_windows,
+    }
+
+
+def _lag_windows(flat: list[int], first_ns: int, windows: int) -> list[float]:
+    """The worst event-loop lateness (ms) per timeline window from (ns, lateness ns) pairs."""
+    worst = [0.0] * windows
+    for at, late in zip(flat[::2], flat[1::2], strict=True):
+        index = (at - first_ns) // (WINDOW_MS * 1_000_000)
+        if 0 <= index < windows:
+            worst[index] = max(worst[index], late / 1e6)
+    return worst
+
+
+def timeline_text(run: dict) -> str:
+    """One row per second: the worst latency of each 100 ms window as a cell (``.`` < 2 ms,
+    ``-`` < 5, ``+`` < 10, ``#`` < 20, ``@`` >= 20) and the second's worst, end to end and
+    up to the store timestamp (the send side's part, +-1 ms); then the worst event-loop
+    lateness of the consumer and of the producer process in the same windows."""
+    windows, store_windows = run["window_max_ms"], run["window_to_store_max_ms"]
+    consumer_lags, producer_lags = run["consumer_lag_windows_ms"], run["producer_lag_windows_ms"]
+    per_row = 1000 // WINDOW_MS
+
+    def cells(row: list[float]) -> str:
+        return "".join("." if w < 2 else "-" if w < 5 else "+" if w < 10 else "#" if w < 20
+                       else "@" for w in row)
+
+    lines = ["  second  end to end  worst ms   to store    worst ms   consumer lag  producer lag"]
+    for start in range(0, len(windows), per_row):
+        part = slice(start, start + per_row)
+        row, store_row = windows[part], store_windows[part]
+        lines.append(f"  {start // per_row:4d}    {cells(row):<{per_row}}  {max(row):7.1f}   "
+                     f"{cells(store_row):<{per_row}}  {max(store_row):7.1f}   "
+                     f"{cells(consumer_lags[part]):<{per_row}}    "
+                     f"{cells(producer_lags[part]):<{per_row}}")
+    return "\n".join(lines)
+
+
+def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float = 20,
+            consumer_kind: str = "pull", concurrency: int = 16, queues: int = 8,
+            size: int = 1024, pull_batch: int = 32, broker_pid: int | None = None) -> dict:
+    """One run against a running cluster: a fresh topic of ``queues`` queues, a consumer
+    process waiting at its end, a producer process offering ``rate`` msg/s for ``seconds``.
+
+    Returns the consumer's figures (``summarize``), the producer's (``producer_*``), CPU
+    per message of each process (the broker's when ``broker_pid`` is given) and the load
+    average at the end.
+    """
+    from idle import process_cpu_s
+    topic = f"Latency_{os.getpid()}_{time.monotonic_ns()}"
+    tidemq = os.path.join(os.path.dirname(sys.executable), "tidemq")
+    subprocess.run([tidemq, "admin", "updateTopic", "-n", namesrv, "-c", "DefaultCluster",
+                    "-t", topic, "-r", str(queues), "-w", str(queues)],
+                   check=True, capture_output=True, timeout=60)
+    me = [sys.executable, os.path.abspath(__file__), "--namesrv", namesrv, "--topic", topic,
+          "--size", str(size), "--pull-batch", str(pull_batch)]
+    out = os.path.join(work_dir, f"samples_{topic}.bin")
+    consumer = subprocess.Popen(
+        [*me, "--role", "consumer", "--consumer", consumer_kind, "--out", out],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert consumer.stdout is not None and consumer.stdin is not None
+        line = consumer.stdout.readline().strip()
+        if line != READY_LINE:
+            raise RuntimeError(f"consumer did not get ready (said {line!r})")
+        broker_cpu_s = process_cpu_s(broker_pid) if broker_pid is not None else 0.0
+        producer = subprocess.run(
+            [*me, "--role", "producer", "--rate", str(rate), "--seconds", str(seconds),
+             "--concurrency", str(concurrency)],
+            check=True, capture_output=True, text=True, timeout=seconds + 120)
+        sent = json.loads(producer.stdout.strip().splitlines()[-1])
+        consumer.stdin.write(f"{sent['sent']}\n")
+        consumer.stdin.flush()
+        consumer.wait(timeout=60)
+        if consumer.returncode != 0:
+            raise RuntimeError(f"consumer failed with exit code {consumer.returncode}")
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait()
+    columns, consumer_lags, consumer_cpu_s = _read_samples(out)
+    result = summarize(*columns)
+    result["consumer_cpu_us_per_msg"] = consumer_cpu_s / max(1, len(columns[0])) * 1e6
+    if broker_pid is not None:
+        result["broker_cpu_us_per_msg"] = ((process_cpu_s(broker_pid) - broker_cpu_s)
+                                           / max(1, len(columns[0])) * 1e6)
+    os.unlink(out)
+    first = min(columns[0]) if columns[0] else 0
+    result["consumer_lag_windows_ms"] = _lag_windows(consumer_lags.tolist(), first,
+                                                     len(result["window_max_ms"]))
+    result["producer_lag_windows_ms"] = _lag_windows(sent.pop("loop_lags"), first,
+                                                     len(result["window_max_ms"]))
+    result.update({f"producer_{k}": v for k, v in sent.items()})
+    result["load_average"] = load_average()
+    return result
+
+
+def run_all(args: argparse.Namespace) -> dict:
+    """Every run of one configuration, against ``args.namesrv`` or a fresh ``tidemq dev``."""
+    from broker_bench import DevServer
+
+    work_dir = tempfile.mkdtemp(prefix="latency-bench-", dir=args.dir)
+    server = None
+    try:
+        namesrv = args.namesrv
+        if namesrv is None:
+            server = DevServer(work_dir, extra_args=["--flushDiskType", args.flush])
+            namesrv = server.namesrv
+        runs = [measure(namesrv, work_dir, rate=args.rate, seconds=args.seconds,
+                        consumer_kind=args.consumer, concurrency=args.concurrency,
+                        queues=args.queues, size=args.size, pull_batch=args.pull_batch,
+                        broker_pid=server.process.pid if server else None)
+                for _ in range(args.runs)]
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(work_dir, ignore_errors=True)
+    figures = {q: statistics.median(r[f"latency_ms_{q}"] for r in runs)
+               for q in ("p50", "p99", "p999", "max")}
+    return {"rate": args.rate, "seconds": args.seconds, "consumer": args.consumer,
+            "flush": args.flush, "concurrency": args.concurrency, "queues": args.queues,
+            "size": args.size, "median": figures, "runs": runs}
+
+
+def print_report(result: dict, timeline: bool) -> None:
+    print(f"latency bench: {result['rate']:g} msg/s offered for {result['seconds']:g} s, "
+          f"{result['size']} B, {result['consumer']} consumer, {result['flush']}, "
+          f"{result['queues']} queues, producer concurrency {result['concurrency']}")
+    for number, run in enumerate(result["runs"]):
+        print(f"run {number}: p50 {run['latency_ms_p50']:.2f} p99 {run['latency_ms_p99']:.2f} "
+              f"p999 {run['latency_ms_p999']:.2f} max {run['latency_ms_max']:.1f} ms; "
+              f"{run['received']} received of {run['producer_sent']}; windows > 10 ms: "
+              f"{run['windows_over_10ms']}; send ack p99 {run['producer_ack_ms_p99']:.2f} ms; "
+              f"CPU us/msg: broker {run.get('broker_cpu_us_per_msg', float('nan')):.0f}, "
+              f"producer {run['producer_cpu_us_per_msg']:.0f}, consumer "
+              f"{run['consumer_cpu_us_per_msg']:.0f}; load {run['load_average']}")
+        if timeline:
+            print(timeline_text(run))
+    median = result["median"]
+    print(f"median of {len(result['runs'])}: p50 {median['p50']:.2f} ms, p99 "
+          f"{median['p99']:.2f} ms, p999 {median['p999']:.2f} ms, max {median['max']:.1f} ms")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=2000)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--consumer", choices=("pull", "push"), default="pull")
+    parser.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--queues", type=int, default=8)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--pull-batch", type=int, default=32)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--timeline", action="store_true")
+    parser.add_argument("--namesrv")
+    parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--role", choices=("driver", "producer", "consumer"), default="driver")
+    parser.add_argument("--topic")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    if args.role != "driver":
+        from tidemq.remoting.loop import run as run_on_loop
+
+        if args.role == "producer":
+            print(json.dumps(run_on_loop(_produce(args))))
+        else:
+            run_on_loop(_consume(args))
+        return 0
+    os.makedirs(args.dir, exist_ok=True)
+    result = run_all(args)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_report(result, args.timeline)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
