@@ -119,3 +119,33 @@ def test_second_broker_on_the_same_store_fails_clearly(tidemq_cluster, free_port
     assert result.returncode == 1
     assert str(store) in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_broker_raises_its_open_file_soft_limit_to_the_hard_limit(
+        tidemq_server, free_port, test_broker_settings, tmp_path):
+    """Every mapped queue file holds a descriptor: the broker starts by raising its soft
+    open-file limit to the hard limit, so a low inherited soft limit does not cap its queues."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = 256
+    if hard != resource.RLIM_INFINITY and hard <= low:
+        pytest.skip(f"the hard open-file limit here is {hard}: nothing to raise to")
+    broker_port = free_port(neighbours=(-2, 1))
+
+    def make_args(port: int) -> list[str]:
+        return ["--namesrvPort", str(port), "--listenPort", str(broker_port),
+                "--storePathRootDir", str(tmp_path / "data"), *option_args(test_broker_settings)]
+
+    dev = tidemq_server("dev", "dev", make_args)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))  # inherited by the child
+    try:
+        dev.start()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    with open(f"/proc/{dev.pid}/limits") as limits:
+        line = next(line for line in limits if line.startswith("Max open files"))
+    expected = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+    assert line.split()[3:5] == [expected, expected]
+    assert f"raised the open-file soft limit from {low} to the hard limit" in (
+        dev.stderr_path.read_text())

@@ -198,16 +198,32 @@ def _with_namesrv_addr(broker_config: Any, namesrv_addr: str) -> Any:
 
 
 def _open_broker(command: str, broker_config: Any, store_config: Any) -> Any:
-    """Construct the BrokerController (it opens the store), or exit with one line."""
-    from tidemq.broker.controller import BrokerController
+    """Construct the BrokerController (it opens the store), or exit with one line.
 
+    First the process's open-file soft limit is raised to the hard limit (every mapped
+    queue file holds a descriptor), and once the store is open a WARNING gives the numbers
+    when the limit leaves too little room (``tidemq.store.open_files``).
+    """
+    from tidemq.broker.controller import BrokerController
+    from tidemq.store import open_files
+
+    limit = open_files.raise_open_file_limit()
     try:
-        return BrokerController(broker_config, store_config)
+        controller = BrokerController(broker_config, store_config)
     except TidemqError as e:
         _fail(command, e, _exit_code_for(e))
     except OSError as e:
+        if open_files.is_open_file_shortage(e):
+            _fail(command, open_files.describe_open_file_error(
+                f"cannot open the store at {store_config.store_path_root_dir}", e),
+                EXIT_START_FAILED)
         _fail(command, f"cannot open the store at {store_config.store_path_root_dir}: "
                        f"{e.strerror or e} (check storePathRootDir)", EXIT_START_FAILED)
+    in_use = open_files.count_open_descriptors()
+    shortage = open_files.open_file_shortage(limit, in_use) if in_use is not None else None
+    if shortage is not None:
+        log.warning("%s", shortage)
+    return controller
 
 
 def _setup_logging(level_name: str) -> None:

@@ -44,6 +44,7 @@ import threading
 import time
 
 from tidemq.errors import StoreError, StoreFull
+from tidemq.store.open_files import describe_open_file_error, is_open_file_shortage
 
 FILE_NAME_DIGITS = 20
 TEMPORARY_SUFFIX = ".tmp"  # a segment being created; see MappedFile.create
@@ -145,10 +146,10 @@ class MappedFile:
         try:
             fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError as e:
-            raise StoreError(f"cannot create segment {path}: {e.strerror}") from e
+            raise _file_error(f"cannot create segment {path}", e) from e
         try:
             _preallocate(fd, path, 0, file_size)
-            mapping = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
+            mapping = _map(fd, file_size, mmap.ACCESS_WRITE, path)
             try:
                 if exclusive:
                     os.link(temporary, path)  # fails if the segment exists: never clobbers
@@ -178,13 +179,13 @@ class MappedFile:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as e:
-            raise StoreError(f"cannot create segment {path}: {e.strerror}") from e
+            raise _file_error(f"cannot create segment {path}", e) from e
         reserved = min(PAGE_SIZE, file_size)
         try:
             _size_sparse(fd, path, file_size)
             _preallocate(fd, path, 0, reserved)
             _warm(fd, path, 0, reserved)
-            mapping = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
+            mapping = _map(fd, file_size, mmap.ACCESS_WRITE, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -210,7 +211,7 @@ class MappedFile:
         try:
             fd = os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
         except OSError as e:
-            raise StoreError(f"cannot open segment {path}: {e.strerror}") from e
+            raise _file_error(f"cannot open segment {path}", e) from e
         try:
             actual = os.fstat(fd).st_size
             if actual != file_size:
@@ -220,9 +221,7 @@ class MappedFile:
                     "(mapped_file_size_commit_log / mapped_file_size_consume_queue)"
                 )
             access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
-            mapping = mmap.mmap(fd, file_size, access=access)
-        except OSError as e:
-            raise StoreError(f"cannot map segment {path}: {e.strerror}") from e
+            mapping = _map(fd, file_size, access, path)
         finally:
             os.close(fd)
         mapped = cls(path, file_from_offset, file_size, mapping, readonly=readonly)
@@ -394,6 +393,22 @@ def _warm(fd: int, path: str, start: int, end: int) -> None:
             except OSError as e:
                 raise StoreError(f"cannot write zeros to {path} at {start}: {e}") from e
             start += step
+
+
+def _file_error(what: str, error: OSError) -> StoreError:
+    # Out of descriptors is the operator's to fix (the limit), so it says how.
+    if is_open_file_shortage(error):
+        return StoreError(describe_open_file_error(what, error))
+    return StoreError(f"{what}: {error.strerror}")
+
+
+def _map(fd: int, size: int, access: int, path: str) -> mmap.mmap:
+    """Map ``fd``; CPython's mmap keeps a duplicate of the descriptor, so a process out of
+    descriptors fails here (EMFILE) even though ``fd`` itself was opened."""
+    try:
+        return mmap.mmap(fd, size, access=access)
+    except OSError as e:
+        raise _file_error(f"cannot map segment {path}", e) from e
 
 
 def _preallocate(fd: int, path: str, start: int, length: int) -> None:
