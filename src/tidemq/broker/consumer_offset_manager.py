@@ -113,8 +113,10 @@ class ConsumerOffsetManager:
         Raises:
             StoreFull, StoreError: the write failed; the table stays dirty for the next try.
         """
-        self._file.save(snapshot.data)
-        self._persisted_version = snapshot.version
+        # A periodic save still running when shutdown saves a newer snapshot must not put
+        # older offsets back: the file skips a save older than what it holds.
+        if self._file.save(snapshot.data, version=snapshot.version):
+            self._persisted_version = snapshot.version
 
     def persist(self) -> None:
         """Write the table now if it changed (on the calling thread)."""

@@ -119,8 +119,8 @@ class DelayOffsetManager:
         Raises:
             StoreFull, StoreError: the write failed; the next snapshot tries again.
         """
-        self._file.save(snapshot.data)
-        self._persisted = (snapshot.version, snapshot.tail_scan_physical_offset)
+        if self._file.save(snapshot.data, version=snapshot.version):  # skips an older one
+            self._persisted = (snapshot.version, snapshot.tail_scan_physical_offset)
 
     def persist(self, tail_scan_physical_offset: int) -> None:
         """Write the file now (on the calling thread) if anything changed."""

@@ -187,7 +187,7 @@ class EosDecisions:
         Raises:
             StoreFull, StoreError: the write failed; the file holds the previous version.
         """
-        self._file.save(snapshot.data)
+        self._file.save(snapshot.data, version=snapshot.version)  # skips an older one
         self.written_version = max(self.written_version, snapshot.version)
 
 
