@@ -9,6 +9,7 @@ protocol-notes §4.4, §4.5, §4.8, §4.12 to §4.15.
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import Iterable
 from typing import Any
@@ -53,6 +54,8 @@ _PULL_STATUS = {
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
 
+logger = logging.getLogger(__name__)
+
 
 async def pull_message(
     instance: ClientInstance,
@@ -67,6 +70,7 @@ async def pull_message(
     timeout_ms: int | None = None,
     commit_offset: int | None = None,
     lite: bool = True,
+    check_crc: bool = True,
 ) -> PullResult:
     """PULL_MESSAGE: up to ``max_nums`` messages of ``queue`` from ``offset``.
 
@@ -77,6 +81,7 @@ async def pull_message(
     for a message (long polling). A ``commit_offset`` > 0 is stored by the broker as the
     group's offset of the queue on the way (COMMIT_OFFSET flag), as a push consumer does with
     every pull; ``lite`` marks a lite-pull consumer's request (LITE_PULL flag).
+    ``check_crc`` leaves out (and logs) messages whose body fails its CRC (decode_messages).
 
     Returns:
         The PullResult: FOUND with the decoded messages (bodies decompressed, tag-filtered by
@@ -113,7 +118,7 @@ async def pull_message(
                       else instance.request_timeout_ms)
     response = await instance.invoke(address, RequestCode.PULL_MESSAGE, fields,
                                      timeout_ms=timeout_ms)
-    return decode_pull_response(response, queue, subscription, address)
+    return decode_pull_response(response, queue, subscription, address, check_crc=check_crc)
 
 
 def decode_pull_response(
@@ -121,6 +126,8 @@ def decode_pull_response(
     queue: MessageQueue,
     subscription: Subscription | None,
     address: str = "broker",
+    *,
+    check_crc: bool = True,
 ) -> PullResult:
     """Turn a PULL_MESSAGE response into a PullResult (see ``pull_message``).
 
@@ -138,7 +145,7 @@ def decode_pull_response(
     messages: list[MessageExt] = []
     filtered = 0
     if status is PullStatus.FOUND and response.body:
-        messages = decode_messages(response.body, queue.broker_name)
+        messages = decode_messages(response.body, queue.broker_name, check_crc=check_crc)
         if subscription is not None and not subscription.matches_all:
             tags = subscription.tags
             received = len(messages)
@@ -155,18 +162,44 @@ def decode_pull_response(
     )
 
 
-def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
+def decode_messages(
+    body: bytes, broker_name: str = "", *, check_crc: bool = True
+) -> list[MessageExt]:
     """Decode concatenated stored records; zlib bodies are decompressed in place.
+
+    With ``check_crc`` (the default, like Kafka's ``check.crcs``) each body's CRC is checked
+    against the record's BODYCRC first: a message whose body does not match is left out and
+    reported as an ERROR naming it (topic, queue, queue offset, msg id), so a damaged stored
+    message is never handed to the application as if it were intact.
 
     Raises:
         RemoteProtocolError: a record is malformed, or a body does not decompress.
     """
     messages = decode_records(body)
+    if check_crc:
+        messages = _crc_checked(messages)
     for message in messages:
         message.broker_name = broker_name
         if message.sysflag & SYSFLAG_COMPRESSED:
             _decompress(message)
     return messages
+
+
+def _crc_checked(messages: list[MessageExt]) -> list[MessageExt]:
+    crc32 = zlib.crc32
+    bad = [m for m in messages if crc32(m.body) & 0x7FFFFFFF != m.body_crc]
+    if not bad:
+        return messages
+    for message in bad:
+        logger.error(
+            "message %s of %s queue %d at queue offset %d is damaged: its body CRC is "
+            "%#010x but the record says %#010x; left out (the broker's store holds damaged "
+            "bytes there: run 'tidemq store check' on it)",
+            message.offset_msg_id, message.topic, message.queue_id, message.queue_offset,
+            crc32(message.body) & 0x7FFFFFFF, message.body_crc,
+        )
+    damaged = set(map(id, bad))
+    return [m for m in messages if id(m) not in damaged]
 
 
 def _decompress(message: MessageExt) -> None:

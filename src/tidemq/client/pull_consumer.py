@@ -215,6 +215,8 @@ class PullConsumer(ClientLifecycle):
         auto_commit: stage consumed positions automatically (see the module docstring).
         auto_commit_interval_ms: how often staged offsets are sent to the brokers.
         pull_batch_size: messages asked for per pull.
+        check_crcs: check each received body against its stored CRC (Kafka's
+            ``check.crcs``); a damaged message is left out and logged as an ERROR naming it.
         max_poll_records: messages one ``poll`` returns at most.
         pull_threshold_for_queue / pull_threshold_for_all: buffering bounds (messages).
         long_polling_suspend_ms: how long a broker may hold a pull on a drained queue.
@@ -249,6 +251,7 @@ class PullConsumer(ClientLifecycle):
         heartbeat_broker_interval_ms: int = HEARTBEAT_BROKER_INTERVAL_MS,
         credentials: Credentials | None = None,
         tls: TlsOption = None,
+        check_crcs: bool = True,
     ):
         problem = group_name_problem(group)
         if problem is not None:
@@ -269,6 +272,7 @@ class PullConsumer(ClientLifecycle):
         self.auto_commit = auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.pull_batch_size = pull_batch_size
+        self.check_crcs = check_crcs
         self.max_poll_records = max_poll_records
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_for_all = pull_threshold_for_all
@@ -574,7 +578,7 @@ class PullConsumer(ClientLifecycle):
         return await broker_api.pull_message(
             self._instance, address, self.group, queue, state.fetch_offset,
             self.pull_batch_size, state.subscription,
-            suspend_timeout_ms=self.long_polling_suspend_ms,
+            suspend_timeout_ms=self.long_polling_suspend_ms, check_crc=self.check_crcs,
         )
 
     def _take_result(self, state: _QueueState, epoch: int, result: PullResult) -> None:
@@ -667,6 +671,7 @@ class PullConsumer(ClientLifecycle):
         return await broker_api.pull_message(
             self._instance, address, self.group, queue, offset, max_nums, subscription,
             suspend_timeout_ms=suspend_timeout_ms, timeout_ms=timeout_ms,
+            check_crc=self.check_crcs,
         )
 
     # -- positions and commits -------------------------------------------------------------

@@ -163,6 +163,8 @@ class PushConsumer(ClientLifecycle):
             "CONSISTENT_HASH", or a callable ``(queues, members, member) -> queues``.
         consume_message_batch_max_size: messages per listener call, at most.
         pull_batch_size: messages asked for per pull (the broker sends up to 1024).
+        check_crcs: check each received body against its stored CRC (Kafka's
+            ``check.crcs``); a damaged message is left out and logged as an ERROR naming it.
         pull_threshold_for_queue: pulling of a queue pauses while it holds this many
             messages not yet consumed.
         pull_threshold_size_for_queue_mib: ... or this many MiB of bodies.
@@ -230,6 +232,7 @@ class PushConsumer(ClientLifecycle):
         trace_topic: str | None = None,
         credentials: Credentials | None = None,
         tls: TlsOption = None,
+        check_crcs: bool = True,
     ):
         problem = group_name_problem(group)
         if problem is not None:
@@ -260,6 +263,7 @@ class PushConsumer(ClientLifecycle):
         self.allocation = allocation_strategy(allocation)
         self.consume_message_batch_max_size = consume_message_batch_max_size
         self.pull_batch_size = pull_batch_size
+        self.check_crcs = check_crcs
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_size_for_queue_bytes = pull_threshold_size_for_queue_mib * 1024 * 1024
         self.consume_concurrently_max_span = consume_concurrently_max_span
@@ -765,7 +769,7 @@ class PushConsumer(ClientLifecycle):
             suspend_timeout_ms=self.long_polling_suspend_ms,
             timeout_ms=self.long_polling_suspend_ms + PULL_RESPONSE_GRACE_MS,
             commit_offset=self.offset_store.read(queue) if self.clustering else None,
-            lite=False,
+            lite=False, check_crc=self.check_crcs,
         )
 
     def _accept(self, process_queue: ProcessQueue, result: PullResult,

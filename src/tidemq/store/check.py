@@ -24,7 +24,12 @@ from tidemq.store.commit_log import CommitLog
 from tidemq.store.consume_queue import ENTRY, ENTRY_SIZE, FILLER_SIZE
 from tidemq.store.mapped_file import MappedFile, parse_file_name
 from tidemq.store.mapped_file_queue import MappedFileQueue
-from tidemq.store.record_check import RecordKind, dispatch_fields, inspect_record
+from tidemq.store.record_check import (
+    RecordKind,
+    dispatch_fields,
+    find_next_record,
+    inspect_record,
+)
 
 _RECORD_HEAD = struct.Struct(">iiiiiqq")  # TOTALSIZE MAGIC CRC QUEUEID FLAG QUEUEOFFSET PHYSICAL
 _PROBLEMS_MAX = 1000  # a wrecked store would print millions of lines; stop listing here
@@ -148,7 +153,8 @@ def _check_commit_log(commit_log: CommitLog, report: CheckReport, check_crc: boo
 
 
 def _check_segment(mapped: MappedFile, report: CheckReport, check_crc: bool) -> int:
-    """Walk the records of one segment; return where its valid data ends."""
+    """Walk the records of one segment, reporting each damaged range (and going on at the
+    next valid record, as recovery does); return where its valid data ends."""
     buffer = mapped.buffer
     size = mapped.file_size
     base = mapped.file_from_offset
@@ -164,17 +170,18 @@ def _check_segment(mapped: MappedFile, report: CheckReport, check_crc: bool) -> 
             continue
         if inspection.kind is RecordKind.BLANK:
             return size
-        if inspection.kind is RecordKind.END:
-            return end
-        report.add(mapped.describe(), position, inspection.problem)
-        # A record with a bad CRC still has a trustworthy size: go on after it. Anything
-        # else leaves no way to find the next record in this segment.
-        total = int.from_bytes(buffer[position : position + 4], "big", signed=True)
-        if "CRC" in inspection.problem and position + total <= size:
-            position += total
-            end = position
-            continue
-        return size  # nothing more to say about this segment
+        if mapped.data_end(position) <= position:
+            return end  # zeros to the segment's end
+        resumed = find_next_record(mapped.find, buffer, position + 1, size, base)
+        if resumed is None:
+            return end  # the caller reports the bytes after the last valid record
+        report.add(
+            mapped.describe(), position,
+            f"{inspection.problem or 'zeros where a record should be'}: damaged range of "
+            f"{resumed - position} bytes (log offsets {base + position}-{base + resumed}); "
+            f"the next valid record starts at {resumed}",
+        )
+        position = end = resumed
     return end
 
 

@@ -37,6 +37,8 @@ write position gave them. The flush thread calls ``flush``.
 
 from __future__ import annotations
 
+import bisect
+import logging
 import os
 import struct
 from collections import deque
@@ -58,6 +60,11 @@ from tidemq.store.mapped_file_queue import MappedFileQueue
 from tidemq.store.record_check import read_store_timestamp
 from tidemq.store.record_encoder import EncodedBatch, patch_offsets, patch_store_timestamp
 from tidemq.store.segment_allocator import SegmentAllocator
+
+logger = logging.getLogger(__name__)
+
+# Damaged records found on the read path are logged once each, up to this many.
+_REPORTED_UNREADABLE_MAX = 10_000
 
 _SIZE_MAGIC = struct.Struct(">ii")
 _INT64 = struct.Struct(">q")
@@ -93,6 +100,51 @@ class CommitLog:
         self._writer: tuple[MappedFile, int] | None = None
         # Whether the allocator was asked for the segment after the last one.
         self._next_segment_requested = False
+        # Damaged ranges recovery found, [start, end) log offsets, sorted and disjoint: never
+        # served, never dispatched (set_damaged). Two tuples swapped as one, for readers.
+        self._damaged: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+        # Records from here on were verified by recovery (CRC included) or appended by this
+        # process; older ones were trusted at open and are checked on the way out.
+        self.verified_from = 0
+        self._reported_unreadable: set[int] = set()
+
+    # -- damage ---------------------------------------------------------------------------------
+
+    def set_damaged(self, ranges: list[tuple[int, int]]) -> None:
+        """Record the damaged ranges recovery found (see ``recovery.py``)."""
+        ranges = sorted(ranges)
+        self._damaged = (tuple(r[0] for r in ranges), tuple(r[1] for r in ranges))
+
+    @property
+    def damaged(self) -> list[tuple[int, int]]:
+        """The damaged ranges, [start, end) log offsets, in order."""
+        starts, ends = self._damaged
+        return list(zip(starts, ends, strict=True))
+
+    def report_unreadable(self, physical_offset: int, problem: str) -> None:
+        """A reader found the record at ``physical_offset`` damaged (not served): log it once."""
+        reported = self._reported_unreadable
+        if physical_offset in reported or len(reported) >= _REPORTED_UNREADABLE_MAX:
+            return
+        reported.add(physical_offset)
+        segment = self.find_file(physical_offset)
+        logger.error(
+            "commit-log record at %s:%d (log offset %d) is damaged and was not served: %s; "
+            "run 'tidemq store check' on the store",
+            segment.describe() if segment else "?",
+            physical_offset - (segment.file_from_offset if segment else 0), physical_offset,
+            problem,
+        )
+
+    def damage_end(self, start: int, end: int) -> int | None:
+        """The end of a damaged range that overlaps [start, end), or None when none does."""
+        starts, ends = self._damaged
+        if not starts:
+            return None
+        index = bisect.bisect_right(starts, end - 1) - 1
+        if index >= 0 and ends[index] > start:
+            return ends[index]
+        return None
 
     def _new_segment(self, file_from_offset: int) -> MappedFile:
         """A segment for ``file_from_offset``, not yet registered: the allocator's spare
@@ -361,6 +413,8 @@ class CommitLog:
         if found is None:
             return None
         mapped, position, total = found
+        if self._damaged[0] and self.damage_end(physical_offset, physical_offset + total):
+            return None
         try:
             return mapped.read(position, total)
         except ValueError:  # the segment was deleted by retention while we read it
@@ -375,6 +429,8 @@ class CommitLog:
             return None
         mapped, position, _ = found
         if position + size > mapped.write_position:
+            return None
+        if self._damaged[0] and self.damage_end(physical_offset, physical_offset + size):
             return None
         try:
             return mapped.read(position, size)
@@ -415,7 +471,8 @@ class CommitLog:
 
     def iter_positions(self, start_offset: int) -> Iterator[tuple[MappedFile, int]]:
         """(segment, position) of each record from ``start_offset`` (a record boundary) to
-        the end of the log, skipping blank markers. The caller verifies each record."""
+        the end of the log, skipping blank markers and damaged ranges. The caller verifies
+        each record."""
         mapped = self.find_file(start_offset)
         if mapped is None:
             return
@@ -423,7 +480,13 @@ class CommitLog:
         while mapped is not None:
             limit = mapped.write_position
             buffer = mapped.buffer
+            base = mapped.file_from_offset
             while position + BLANK_MARKER_SIZE <= limit:
+                if self._damaged[0]:
+                    skip_to = self.damage_end(base + position, base + position + 1)
+                    if skip_to is not None:
+                        position = skip_to - base
+                        continue
                 total, magic = _SIZE_MAGIC.unpack_from(buffer, position)
                 if magic != MAGIC_V1 or total < _MIN_RECORD_SIZE or position + total > limit:
                     break

@@ -47,6 +47,7 @@ FILLER_SIZE = 0x7FFFFFFF
 ENTRY = struct.Struct(">qiq")
 assert ENTRY.size == ENTRY_SIZE
 _FILLER = ENTRY.pack(0, FILLER_SIZE, 0)
+_FILLER_RUN = _FILLER * 1024
 
 logger = logging.getLogger(__name__)
 
@@ -251,21 +252,76 @@ class ConsumeQueue:
         when there is none. A missing segment in the middle counts as "at or after", so the
         min offset never jumps over it: reads there answer OFFSET_FOUND_NULL instead."""
         low = self.queue.min_offset() // ENTRY_SIZE
-        high = self.max_offset
+        high = best = self.max_offset
         while low < high:
             middle = (low + high) // 2
-            found = self.entry(middle)
-            if found is not None and (found[1] == FILLER_SIZE or found[0] < physical_offset):
-                low = middle + 1
-            else:
+            probe = self._skip_fillers(middle, high)
+            if probe >= high:  # only fillers in [middle, high)
                 high = middle
-        return low
+                continue
+            found = self.entry(probe)
+            if found is not None and found[0] < physical_offset:
+                low = probe + 1
+            else:
+                best = probe
+                high = middle
+        return best
+
+    def _skip_fillers(self, queue_offset: int, limit: int) -> int:
+        """The first offset in [queue_offset, limit) that is not a filler, else ``limit``.
+        Compares whole runs of entries with a run of fillers (C speed): a padded or damaged
+        queue may hold long runs of them."""
+        while queue_offset < limit:
+            byte_offset = queue_offset * ENTRY_SIZE
+            mapped = self.queue.find_file(byte_offset)
+            if mapped is None:
+                return queue_offset
+            position = byte_offset - mapped.file_from_offset
+            end = min(mapped.write_position, position + (limit - queue_offset) * ENTRY_SIZE)
+            buffer = mapped.buffer
+            while position < end:
+                step = min(end - position, len(_FILLER_RUN))
+                if buffer[position : position + step] != _FILLER_RUN[:step]:
+                    while buffer[position : position + ENTRY_SIZE] == _FILLER:
+                        position += ENTRY_SIZE
+                    return (mapped.file_from_offset + position) // ENTRY_SIZE
+                position += step
+            if end < mapped.file_size:  # reached the limit or the queue's end
+                return min(limit, (mapped.file_from_offset + end) // ENTRY_SIZE)
+            queue_offset = (mapped.file_from_offset + end) // ENTRY_SIZE
+        return limit
 
     # -- maintenance ----------------------------------------------------------------------------
 
     def correct_min_offset(self, commit_log_min_offset: int) -> None:
         """Move ``min_offset`` to the first entry whose record is still in the commit log."""
         self._min_offset = self.first_offset_at_or_after(commit_log_min_offset)
+
+    def blank_entries_in(self, physical_start: int, physical_end: int) -> int:
+        """Turn every entry pointing into the commit-log range [physical_start, physical_end)
+        (damaged: recovery.py) into a filler, which readers skip; return how many."""
+        offset = self.first_offset_at_or_after(physical_start)
+        count = 0
+        while offset < self.max_offset:
+            found = self.entry(offset)
+            if found is None or found[1] == FILLER_SIZE:
+                offset += 1
+                continue
+            if found[0] >= physical_end:
+                break
+            mapped = self.queue.find_file(offset * ENTRY_SIZE)
+            assert mapped is not None
+            position = offset * ENTRY_SIZE - mapped.file_from_offset
+            mapped.buffer[position : position + ENTRY_SIZE] = _FILLER
+            count += 1
+            offset += 1
+        if count:
+            logger.warning(
+                "consume queue %s/%d: %d entries point into the damaged commit-log range "
+                "%d-%d; made them fillers (those messages are lost, the rest are served)",
+                self.topic, self.queue_id, count, physical_start, physical_end,
+            )
+        return count
 
     def truncate_from_physical(self, physical_end: int) -> int:
         """Drop every entry whose record does not end at or before ``physical_end``; return

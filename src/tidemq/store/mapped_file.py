@@ -304,13 +304,14 @@ class MappedFile:
             self.buffer[start : start + step] = _ZERO_CHUNK[:step]
             start += step
 
-    def data_end(self, start: int = 0) -> int:
-        """One past the last non-zero byte at or after ``start`` (``start`` if all zero).
+    def data_end(self, start: int = 0, limit: int | None = None) -> int:
+        """One past the last non-zero byte in [start, limit) (``start`` if all zero);
+        ``limit`` defaults to the file's end.
 
         Recovery uses it to find how far a torn tail reaches; reads in 1 MiB chunks from the
         end, so an empty preallocated file costs one comparison per MiB.
         """
-        end = self.file_size
+        end = self.file_size if limit is None else min(limit, self.file_size)
         while end > start:
             chunk_start = max(start, end - len(_ZERO_CHUNK))
             chunk = self._mmap[chunk_start:end]
@@ -341,6 +342,10 @@ class MappedFile:
         return write_position
 
     # -- reads ----------------------------------------------------------------------------------
+
+    def find(self, data: bytes, start: int, end: int) -> int:
+        """The lowest position in [start, end) where ``data`` starts, or -1 (a C scan)."""
+        return self._mmap.find(data, start, end)
 
     def read(self, position: int, size: int) -> bytes:
         """A copy of [position, position + size)."""

@@ -13,8 +13,10 @@ store time from the commit log (store times grow with the log).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Collection
 
+from tidemq.protocol.message import MAGIC_V1, POSITION_PHYSICAL_OFFSET
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.consume_queue import ENTRY, ENTRY_SIZE, FILLER_SIZE, ConsumeQueue
 from tidemq.store.interface import GetResult, GetStatus
@@ -24,6 +26,8 @@ from tidemq.store.interface import GetResult, GetStatus
 SCAN_BYTES_MIN = 16000
 
 _iter_entries = ENTRY.iter_unpack
+# TOTALSIZE, MAGICCODE, then PHYSICALOFFSET.
+_HEADER_CHECK = struct.Struct(f">ii{POSITION_PHYSICAL_OFFSET - 8}xq")
 
 
 def get_messages(
@@ -76,6 +80,8 @@ def _collect(
     # The per-entry loop is the read path's cost: keep it to a tuple unpack, a few integer
     # comparisons and, only when a run of adjacent records breaks, one segment lookup.
     commit_log_min = commit_log.min_offset()
+    # Records below this were trusted at open, not verified: their headers are checked here.
+    verified_from = commit_log.verified_from
     find_file = commit_log.find_file
     parts: list[memoryview] = []
     count = 0
@@ -104,6 +110,12 @@ def _collect(
             scanned += 1
             end = physical_offset + size
             if physical_offset == run_end and end <= run_limit:
+                if physical_offset < verified_from and not _header_matches(
+                    commit_log, buffer, physical_offset - base, physical_offset, size  # type: ignore[arg-type]
+                ):
+                    parts.append(buffer[run_start - base : run_end - base])  # type: ignore[index]
+                    run_start = run_end = -1
+                    continue
                 run_end = end
             else:
                 if run_end > run_start:
@@ -118,6 +130,10 @@ def _collect(
                 if end > run_limit:  # points past the written log: not a record (yet)
                     continue
                 buffer = mapped.buffer
+                if physical_offset < verified_from and not _header_matches(
+                    commit_log, buffer, physical_offset - base, physical_offset, size
+                ):
+                    continue
                 run_start = physical_offset
                 run_end = end
             count += 1
@@ -136,6 +152,23 @@ def _collect(
     if removed:
         return GetStatus.MESSAGE_WAS_REMOVING, b"", 0, scanned
     return GetStatus.NO_MATCHED_MESSAGE, b"", 0, scanned
+
+
+def _header_matches(
+    commit_log: CommitLog, buffer: memoryview, position: int, physical_offset: int, size: int
+) -> bool:
+    # A record recovery did not verify (an old segment after a clean start): its TOTALSIZE,
+    # magic and PHYSICALOFFSET must be what the consume queue says, or the bytes would
+    # derail the client's decoding of the whole pull. The body CRC is the client's to check.
+    total, magic, stored_offset = _HEADER_CHECK.unpack_from(buffer, position)
+    if total == size and magic == MAGIC_V1 and stored_offset == physical_offset:
+        return True
+    commit_log.report_unreadable(
+        physical_offset,
+        f"TOTALSIZE {total}, magic {magic & 0xFFFFFFFF:#010x}, PHYSICALOFFSET {stored_offset} "
+        f"where the consume queue says {size} bytes at {physical_offset}",
+    )
+    return False
 
 
 def _store_time(queue: ConsumeQueue, commit_log: CommitLog, queue_offset: int) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidemq.protocol.message import (
@@ -148,6 +149,38 @@ class DispatchFields:
     sysflag: int
     store_timestamp: int
     properties: dict[str, str]
+
+
+_MAGIC_V1_BYTES = struct.pack(">i", MAGIC_V1)
+_MAGIC_POSITION = 4
+
+
+def find_next_record(
+    mapped_find: Callable[[bytes, int, int], int],
+    buffer: memoryview | bytes,
+    start: int,
+    limit: int,
+    base_offset: int,
+) -> int | None:
+    """The first position at or after ``start`` (below ``limit``) where a whole, valid record
+    sits: magic, sizes, its own PHYSICALOFFSET and its body CRC all consistent. None when
+    there is none. Used to resynchronise after damage in the middle of a segment.
+
+    Args:
+        mapped_find: the segment's ``mmap.find`` (a C scan for the magic's bytes, so a large
+            damaged range costs one pass, not a Python step per byte).
+        base_offset: the log offset of the segment's first byte.
+    """
+    search_from = start + _MAGIC_POSITION
+    while True:
+        hit = mapped_find(_MAGIC_V1_BYTES, search_from, limit)
+        if hit < 0:
+            return None
+        candidate = hit - _MAGIC_POSITION
+        inspection = inspect_record(buffer, candidate, limit, base_offset + candidate, True)
+        if inspection.kind is RecordKind.RECORD:
+            return candidate
+        search_from = hit + 1
 
 
 def dispatch_fields(buffer: memoryview | bytes, position: int) -> DispatchFields:

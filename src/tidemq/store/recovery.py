@@ -6,24 +6,38 @@ Theory of operation (RocketMQ's recoverNormally / recoverAbnormally, plus tail c
    scanned; after a crash the scan starts at the last segment whose first record is no newer
    than the checkpoint's minimum time (everything before that is known to be on disk in
    every part). The scan verifies each record (magic, sizes, PHYSICALOFFSET, and the body CRC
-   when ``check_crc_on_recover``) and stops at the first position holding neither a record
-   nor a blank marker. That is the end of the log: whatever follows it in that segment is
-   zeroed and later segments are deleted, with a WARNING
-   "truncated N invalid bytes at <file>:<position>" for each one that held data.
+   when ``check_crc_on_recover``). At a position holding neither a record nor a blank marker
+   it tells two cases apart:
+
+   - *damage in the middle*: a valid record (magic, sizes, PHYSICALOFFSET and body CRC all
+     consistent; ``find_next_record``) follows in the segment, or a later segment holds data.
+     Only the bytes up to that record (or to the segment's end) are lost: they become a
+     *damaged range*, logged as a WARNING naming the segment, the offsets and the bytes,
+     kept out of the consume queues and the index, and never served (CommitLog.damaged);
+     the scan goes on after it. A segment that ends early in zeros (a file cut short and
+     extended) is the same: the log goes on in the next segment.
+   - *a torn tail*: nothing valid follows. That is the end of the log: whatever follows it
+     in that segment is zeroed and later segments are deleted, with a WARNING
+     "truncated N invalid bytes at <file>:<position>" for each one that held data.
+
+   An acknowledged message is thus lost only if its own bytes are damaged (RocketMQ and
+   Kafka truncate the log at the first bad record instead).
 2. Consume queues. Each queue's write position is found from its last segments (the last
    entry with a size); entries at the tail that do not match a record (a torn write) and
    every entry pointing past the end of the commit log are dropped; min offsets move to the
    first entry whose record still exists.
+   Entries pointing into a damaged range become fillers (readers skip them).
 3. Re-dispatch. Records past what the queues (and the index) hold are parsed from the
-   commit log and dispatched again. Dispatch is idempotent, so starting a little early is
-   harmless. Deleting every consume queue (or the index) therefore rebuilds it at open.
+   commit log and dispatched again (damaged ranges are skipped). Dispatch is idempotent,
+   so starting a little early is harmless. Deleting every consume queue (or the index)
+   therefore rebuilds it at open.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.consume_queue import FILLER_SIZE, ConsumeQueue
@@ -33,6 +47,7 @@ from tidemq.store.mapped_file import MappedFile
 from tidemq.store.record_check import (
     RecordKind,
     dispatch_fields,
+    find_next_record,
     inspect_record,
     read_store_timestamp,
 )
@@ -42,11 +57,24 @@ logger = logging.getLogger(__name__)
 # RocketMQ trusts all but the last three segments after a clean close.
 NORMAL_RECOVERY_FILE_COUNT = 3
 
+# How much of a later segment is looked at to tell whether the log goes on after a problem.
+_LATER_DATA_PROBE_BYTES = 64 * 1024
+
 # Torn writes touch the last entries only; never walk back further than this per queue.
 QUEUE_TAIL_CHECK_MAX = 1024
 
 _QUEUE_ID_POSITION = 12
 _QUEUE_OFFSET_POSITION = 20
+
+
+@dataclass(slots=True, frozen=True)
+class DamagedRange:
+    """Bytes of the commit log [start, end) (log offsets) that hold no valid record."""
+
+    start: int
+    end: int
+    path: str
+    problem: str
 
 
 @dataclass(slots=True)
@@ -59,6 +87,8 @@ class RecoveryReport:
     truncated_bytes: int = 0
     dropped_queue_entries: int = 0
     redispatched_records: int = 0
+    damaged: list[DamagedRange] = field(default_factory=list)
+    blanked_queue_entries: int = 0  # entries pointing into damaged ranges, now fillers
 
 
 def recover(
@@ -78,8 +108,11 @@ def recover(
     recover_commit_log(commit_log, report, checkpoint_min_timestamp, check_crc)
     end = report.commit_log_end
     commit_log_min = commit_log.min_offset()
+    ranges = [(damaged.start, damaged.end) for damaged in report.damaged]
     for queue in queues.all():
         queue.recover()
+        for start, stop in ranges:
+            report.blanked_queue_entries += queue.blank_entries_in(start, stop)
         report.dropped_queue_entries += _drop_torn_tail(queue, commit_log)
         report.dropped_queue_entries += queue.truncate_from_physical(end)
         queue.correct_min_offset(commit_log_min)
@@ -91,9 +124,11 @@ def recover(
     )
     logger.info(
         "recovered store after a %s exit: commit log ends at %d, %d bytes truncated, "
-        "%d queue entries dropped, %d records re-dispatched",
+        "%d damaged ranges skipped (%d queue entries made fillers), %d queue entries "
+        "dropped, %d records re-dispatched",
         "clean" if clean_exit else "unclean", end, report.truncated_bytes,
-        report.dropped_queue_entries, report.redispatched_records,
+        len(report.damaged), report.blanked_queue_entries, report.dropped_queue_entries,
+        report.redispatched_records,
     )
     return report
 
@@ -118,13 +153,27 @@ def recover_commit_log(
     end = report.scan_start = files[start].file_from_offset
     problem = ""
     last_timestamp = 0
-    for mapped in files[start:]:
-        position, problem, timestamp = _scan_segment(mapped, check_crc)
+    scanned = files[start:]
+    for number, mapped in enumerate(scanned):
+        later = scanned[number + 1 :]
+        position, problem, timestamp = _scan_segment(
+            mapped, check_crc, report.damaged, lambda later=later: _hold_data(later)
+        )
         last_timestamp = timestamp or last_timestamp
         mapped.write_position = mapped.flushed_position = position
         end = mapped.file_from_offset + position
         if position < file_size:
             break
+    for damaged in report.damaged:
+        logger.warning(
+            "damaged commit-log range at %s:%d-%d (log offsets %d-%d, %d bytes): %s; "
+            "skipped it and kept every valid record after it (the records in it are lost)",
+            damaged.path, damaged.start - _segment_start(damaged, file_size),
+            damaged.end - _segment_start(damaged, file_size), damaged.start, damaged.end,
+            damaged.end - damaged.start, damaged.problem,
+        )
+    commit_log.set_damaged([(damaged.start, damaged.end) for damaged in report.damaged])
+    commit_log.verified_from = report.scan_start
     report.commit_log_end = end
     report.truncated_bytes = _cut_after(commit_log, end, problem)
     commit_log.queue.flushed_where = end
@@ -149,9 +198,27 @@ def _abnormal_start(files: Sequence[MappedFile], min_timestamp: int) -> int:
     return 0
 
 
-def _scan_segment(mapped: MappedFile, check_crc: bool) -> tuple[int, str, int]:
+def _segment_start(damaged: DamagedRange, file_size: int) -> int:
+    return damaged.start - damaged.start % file_size
+
+
+def _hold_data(segments: Sequence[MappedFile]) -> bool:
+    # Whether the log goes on after a segment: a later one starts with something (a record,
+    # or damage). The allocator's spare is all zeros. Looking at the first 64 KiB keeps a
+    # clean start from reading a whole empty segment.
+    return any(mapped.data_end(0, _LATER_DATA_PROBE_BYTES) > 0 for mapped in segments)
+
+
+def _scan_segment(
+    mapped: MappedFile,
+    check_crc: bool,
+    damaged: list[DamagedRange],
+    log_goes_on: Callable[[], bool],
+) -> tuple[int, str, int]:
     """(end position, why the scan stopped before the segment's end or "", store time of the
-    segment's last record or 0)."""
+    segment's last record or 0); damaged ranges found on the way are added to ``damaged``.
+
+    ``log_goes_on`` says whether later segments hold data (asked only at a problem)."""
     buffer = mapped.buffer
     file_size = mapped.file_size
     base = mapped.file_from_offset
@@ -166,8 +233,24 @@ def _scan_segment(mapped: MappedFile, check_crc: bool) -> tuple[int, str, int]:
             continue
         if inspection.kind is RecordKind.BLANK:
             position = file_size
-        else:
-            problem = inspection.problem
+            break
+        # Not a record: the end of the log, a torn tail, or damage in the middle.
+        reason = inspection.problem or "zeros where a record or an end-of-file marker should be"
+        data_end = mapped.data_end(position)
+        resumed = None
+        if data_end > position:
+            resumed = find_next_record(mapped.find, buffer, position + 1, file_size, base)
+        if resumed is not None:
+            damaged.append(DamagedRange(base + position, base + resumed, mapped.describe(),
+                                        reason))
+            position = resumed
+            continue
+        if log_goes_on():
+            damaged.append(DamagedRange(base + position, base + file_size, mapped.describe(),
+                                        reason))
+            position = file_size
+            break
+        problem = inspection.problem  # a torn tail ("" when it is just the end)
         break
     timestamp = read_store_timestamp(buffer, last_record) if last_record >= 0 else 0
     return position, problem, timestamp

@@ -145,31 +145,44 @@ def test_garbage_after_the_last_record_is_cut(config, caplog):
     assert check_store(config.store_path_root_dir).ok
 
 
-@pytest.mark.parametrize("seed", [11, 12, 13])
-def test_garbage_from_a_random_offset_to_the_end_keeps_the_valid_prefix(config, caplog, seed):
+@pytest.mark.parametrize("seed", [11, 12, 13, 14, 15, 16])
+def test_garbage_from_a_random_offset_to_a_segment_end_costs_only_the_records_there(
+    config, caplog, seed
+):
     print(f"seed={seed}")
     rng = random.Random(seed)
     results = write_messages(config, 200)  # about 3 segments
     end = results[-1].physical_offset + results[-1].wrote_bytes
     cut = rng.randrange(results[5].physical_offset, end)
-    first_bad = next(i for i, r in enumerate(results) if r.physical_offset + r.wrote_bytes > cut)
     start = cut - cut % SEGMENT_SIZE
     with open(segment_path(config, start), "r+b") as f:
         f.seek(cut - start)
         f.write(rng.randbytes(SEGMENT_SIZE - (cut - start)))
+    hit = [
+        i for i, r in enumerate(results)
+        if r.physical_offset + r.wrote_bytes > cut and r.physical_offset < start + SEGMENT_SIZE
+    ]
     caplog.set_level(logging.WARNING, logger="tidemq.store.recovery")
     store = reopen_after_crash(config)
     try:
-        assert "truncated" in caplog.text
-        expected_end = results[first_bad].physical_offset
-        # A cut right at a segment start leaves the previous segment's blank marker as end.
-        assert store.commit_log_max_offset() in (expected_end, start)
+        if end <= start + SEGMENT_SIZE:
+            # The garbage is in the last segment: a torn tail, cut.
+            assert "truncated" in caplog.text
+            # A cut right at a segment start leaves the previous segment's blank as end.
+            assert store.commit_log_max_offset() in (results[hit[0]].physical_offset, start)
+        else:
+            # Damage in the middle: only its records are lost, later segments are kept.
+            assert "damaged commit-log range" in caplog.text
+            assert store.commit_log_max_offset() == end
+            (damaged,) = store.recovery_report.damaged
+            assert damaged.end == start + SEGMENT_SIZE
         kept = bodies(store, 0) + bodies(store, 1)
-        assert len(kept) == first_bad
+        assert len(kept) == len(results) - len(hit)
         assert store.put_message(message(body=b"new")).ok
     finally:
         store.close()
-    assert check_store(config.store_path_root_dir).ok
+    report = check_store(config.store_path_root_dir)
+    assert report.ok == (end <= start + SEGMENT_SIZE)
 
 
 def test_consume_queue_entries_past_the_log_end_are_dropped(config):
@@ -230,7 +243,7 @@ def test_crash_recovery_starts_from_the_checkpoint_segment(config):
         store.close()
 
 
-def test_flipped_body_bit_is_cut_by_crash_recovery_with_crc_checks(config):
+def test_flipped_body_bit_costs_only_its_record_after_crash_recovery(config, caplog):
     results = write_messages(config, 12, queue_count=1)
     victim = results[6]
     with open(segment_path(config, 0), "r+b") as f:
@@ -238,12 +251,48 @@ def test_flipped_body_bit_is_cut_by_crash_recovery_with_crc_checks(config):
         byte = f.read(1)[0]
         f.seek(victim.physical_offset + 100)
         f.write(bytes([byte ^ 0x10]))
+    caplog.set_level(logging.WARNING)
     store = reopen_after_crash(config)
     try:
-        assert store.commit_log_max_offset() == victim.physical_offset
-        assert store.max_offset(TOPIC, 0) == 6
+        end = results[-1].physical_offset + results[-1].wrote_bytes
+        assert store.commit_log_max_offset() == end
+        assert store.max_offset(TOPIC, 0) == 12
+        (damaged,) = store.recovery_report.damaged
+        assert (damaged.start, damaged.end) == (
+            victim.physical_offset, victim.physical_offset + victim.wrote_bytes
+        )
+        assert "body CRC" in damaged.problem
+        assert f"{segment_path(config, 0)}:{victim.physical_offset}" in caplog.text
+        assert store.recovery_report.blanked_queue_entries == 1
+        kept = bodies(store, 0)
+        assert len(kept) == 11 and bytes([65 + 6]) * 400 not in kept  # 12 < 26: unique
+        # Never served, by any path.
+        assert store.read_message(victim.physical_offset) is None
+        assert store.query_messages(TOPIC, "k6", 10, 0, 2**62).records == []
+        assert store.put_message(message(body=b"after")).queue_offset == 12
     finally:
         store.close()
+
+
+def test_a_damaged_header_in_the_middle_resyncs_at_the_next_valid_record(config):
+    results = write_messages(config, 12, queue_count=1)
+    victim = results[4]
+    with open(segment_path(config, 0), "r+b") as f:
+        f.seek(victim.physical_offset)  # TOTALSIZE of the victim
+        f.write(struct.pack(">i", 7))
+    for reopen in (reopen_after_crash, FileMessageStore):
+        store = reopen(config)
+        try:
+            assert store.commit_log_max_offset() == (
+                results[-1].physical_offset + results[-1].wrote_bytes
+            )
+            (damaged,) = store.recovery_report.damaged
+            assert (damaged.start, damaged.end) == (
+                victim.physical_offset, results[5].physical_offset
+            )
+            assert len(bodies(store, 0)) == 11
+        finally:
+            store.close()
 
 
 def test_queues_rebuilt_after_retention_start_at_the_first_remaining_record(config):
@@ -288,3 +337,28 @@ def test_last_segment_cut_short_mid_record_is_extended_and_its_tail_cut(config, 
     finally:
         store.close()
     assert check_store(config.store_path_root_dir).ok
+
+
+def test_a_damaged_header_in_a_segment_a_clean_start_did_not_scan_is_never_served(
+    config, caplog
+):
+    results = write_messages(config, 400, queue_count=1)  # about 6 segments
+    victim = results[3]  # in the first segment: a clean start scans only the last three
+    with open(segment_path(config, 0), "r+b") as f:
+        f.seek(victim.physical_offset + 4)  # MAGICCODE
+        f.write(b"\x00\x00\x00\x01")
+    caplog.set_level(logging.ERROR)
+    store = FileMessageStore(config)
+    try:
+        assert store.recovery_report.clean_exit and not store.recovery_report.damaged
+        kept = bodies(store, 0)
+        assert len(kept) == 399
+        assert kept.count(bytes([65 + 3]) * 400) == len(range(3, 400, 26)) - 1
+        assert f"{segment_path(config, 0)}:{victim.physical_offset}" in caplog.text
+        assert "was not served" in caplog.text
+    finally:
+        store.close()
+    report = check_store(config.store_path_root_dir)
+    assert not report.ok
+    assert any(p.position == victim.physical_offset and "magic" in p.message
+               for p in report.problems)
