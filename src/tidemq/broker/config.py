@@ -20,6 +20,7 @@ from typing import Any
 
 from tidemq.errors import ConfigError
 from tidemq.limits import topic_name_problem
+from tidemq.remoting.tls import ServerTls, server_tls_of
 from tidemq.store.config import DEFAULT_MESSAGE_DELAY_LEVEL
 
 # PermName bits (protocol-notes §11.2).
@@ -157,6 +158,31 @@ class BrokerConfig:
         default=256 * 1024 * 1024, metadata=_key("exactlyOnceCommitCacheBytes", min=0)
     )
 
+    # -- security (docs/security.md) -----------------------------------------------------------
+    # RocketMQ's aclEnable: every request is checked against plain_acl.yml (acl/).
+    acl_enable: bool = field(default=False, metadata={"key": "aclEnable"})
+    # The ACL file. Unset: $ROCKETMQ_HOME/conf/plain_acl.yml (RocketMQ's place), else
+    # plain_acl.yml beside the config file given with -c, else conf/plain_acl.yml under the
+    # working directory.
+    acl_file_path: str | None = field(default=None, metadata={"key": "aclFilePath"})
+    # TLS on the remoting port (RocketMQ's tls.server.* settings, also accepted by those names).
+    tls_enable: bool = field(default=False, metadata={"key": "tlsEnable",
+                                                      "aliases": ("tls.enable",)})
+    tls_server_mode: str | None = field(default=None, metadata={
+        "key": "tlsServerMode", "aliases": ("tls.server.mode",),
+        "choices": ("disabled", "permissive", "enforcing")})
+    tls_server_cert_path: str | None = field(default=None, metadata={
+        "key": "tlsServerCertPath", "aliases": ("tls.server.certPath",)})
+    tls_server_key_path: str | None = field(default=None, metadata={
+        "key": "tlsServerKeyPath", "aliases": ("tls.server.keyPath",)})
+    tls_server_key_password: str | None = field(default=None, repr=False, metadata={
+        "key": "tlsServerKeyPassword", "aliases": ("tls.server.keyPassword",)})
+    tls_server_need_client_auth: str | None = field(default=None, metadata={
+        "key": "tlsServerNeedClientAuth", "aliases": ("tls.server.needClientAuth",),
+        "choices": ("none", "optional", "require")})
+    tls_server_trust_cert_path: str | None = field(default=None, metadata={
+        "key": "tlsServerTrustCertPath", "aliases": ("tls.server.trustCertPath",)})
+
     def __post_init__(self) -> None:
         try:
             self.broker_role = BrokerRole(str(self.broker_role).upper())
@@ -194,6 +220,15 @@ class BrokerConfig:
                             "give name servers as 'host:9876;host2:9876'"
                         )
         self.delay_level_count()  # validates message_delay_level
+        self.server_tls(load=False)  # validates the tls* keys
+
+    def server_tls(self, *, load: bool = True) -> ServerTls:
+        """The TLS mode and context of the remoting port (``tidemq.remoting.tls``).
+
+        Raises:
+            ConfigError: the tls* keys contradict each other or name files that do not load.
+        """
+        return server_tls_of(self, load=load)
 
     # -- derived values --------------------------------------------------------------------
 

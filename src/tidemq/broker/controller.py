@@ -40,6 +40,9 @@ import logging
 import time
 from typing import Any
 
+from tidemq.acl.acl_file import acl_file_of
+from tidemq.acl.admin_requests import AclAdminProcessor
+from tidemq.acl.service import AclService
 from tidemq.broker.admin_processor import AdminProcessor
 from tidemq.broker.client_admin import ClientAdmin
 from tidemq.broker.client_processor import ClientManageProcessor
@@ -132,7 +135,13 @@ class BrokerController:
         self.lock_manager = parts.locks
         self.pull_hold_service = parts.pull_holds
 
-        self.server = RemotingServer(self.config.broker_ip1, self.config.listen_ports)
+        # ACL (a missing or broken file stops the start here) and TLS, both from the config.
+        self.acl = (AclService(acl_file_of(self.config.acl_file_path))
+                    if self.config.acl_enable else None)
+        self.server = RemotingServer(self.config.broker_ip1, self.config.listen_ports,
+                                     tls=self.config.server_tls())
+        if self.acl is not None:
+            self.server.set_request_guard(self.acl.guard)
         self.remoting_client = RemotingClient()
         self.registration = NameServerRegistration(
             config=parts.config, identity=parts.identity, role=parts.role, topics=parts.topics,
@@ -193,14 +202,19 @@ class BrokerController:
             groups=parts.groups, offsets=parts.offsets, schedule=self.schedule_service,
             registration=self.registration, client_admin=client_admin,
         )
+        self.acl_admin_processor = AclAdminProcessor(self.acl, self._describe_for_acl)
         return [
             self.send_processor, self.send_back_processor, self.transaction_service,
             ExactlyOnceProcessor(
                 eos=self.exactly_once, role=parts.role, ready=self.transaction_service.ready,
             ),
             self.pull_processor, self.client_processor, self.offset_processor,
-            self.query_processor, self.lock_processor, self.admin_processor,
+            self.query_processor, self.lock_processor, self.acl_admin_processor,
+            self.admin_processor,
         ]
+
+    def _describe_for_acl(self) -> tuple[str, str, str]:
+        return self.identity.address, self.config.broker_name, self.config.broker_cluster_name
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -218,6 +232,8 @@ class BrokerController:
             await self.server.start()
             if self.config.listen_port == 0:  # a test asked for any free port
                 self.identity.bound(self.server.bound_ports[0])
+            if self.acl is not None:
+                self.acl.start()
             await self.consumption.start()
             await self.schedule_service.start()
             await self.transaction_service.start()
@@ -251,6 +267,8 @@ class BrokerController:
                 await task
         self._tasks.clear()
         await self.registration.stop()
+        if self.acl is not None:
+            await self.acl.stop()
         await self.server.stop(grace_s)
         if self.registration.rounds_completed:
             await self.registration.unregister_all()

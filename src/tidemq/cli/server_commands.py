@@ -71,9 +71,10 @@ def namesrv(ctx: click.Context, config_file: Path | None, log_level: str) -> Non
     from tidemq.namesrv import NamesrvConfig, NamesrvController
 
     (config,) = _load_or_exit("namesrv", [NamesrvConfig], config_file, ctx.args)
+    config = _with_acl_file(config, config_file)
 
     async def serve(stop: asyncio.Event) -> None:
-        controller = NamesrvController(config)
+        controller = _build_or_exit("namesrv", NamesrvController, config)
         await _start_or_exit("namesrv", controller.start(), on_failure=controller.shutdown)
         _announce(f"tidemq namesrv: listening on {controller.address}; Ctrl-C to stop")
         try:
@@ -106,6 +107,7 @@ def broker(ctx: click.Context, config_file: Path | None, namesrv_addr: str | Non
     broker_config, store_config = _load_or_exit(
         "broker", [broker_config_class, store_config_class], config_file, overrides
     )
+    broker_config = _with_acl_file(broker_config, config_file)
 
     async def serve(stop: asyncio.Event) -> None:
         controller = _open_broker("broker", broker_config, store_config)
@@ -153,7 +155,7 @@ def dev(ctx: click.Context, log_level: str) -> None:
     )
 
     async def serve(stop: asyncio.Event) -> None:
-        namesrv_controller = NamesrvController(namesrv_config)
+        namesrv_controller = _build_or_exit("dev", NamesrvController, namesrv_config)
         await _start_or_exit("dev", namesrv_controller.start(),
                              on_failure=namesrv_controller.shutdown,
                              port_setting=f"--{DEV_NAMESRV_PORT_KEY}")
@@ -189,6 +191,27 @@ def _broker_config_classes() -> tuple[type, type]:
     from tidemq.store.config import StoreConfig
 
     return BrokerConfig, StoreConfig
+
+
+def _build_or_exit(command: str, factory: Callable[..., Any], *args: Any) -> Any:
+    """``factory(*args)``, or exit with one line when it refuses its config (an ACL file
+    missing, a certificate that does not load)."""
+    try:
+        return factory(*args)
+    except TidemqError as e:
+        _fail(command, e, _exit_code_for(e))
+
+
+def _with_acl_file(config: Any, config_file: Path | None) -> Any:
+    """``config`` with aclFilePath resolved when ACL is on and it is not set: RocketMQ's
+    $ROCKETMQ_HOME/conf/plain_acl.yml, else beside the config file (``tidemq.acl``)."""
+    import dataclasses
+
+    from tidemq.acl.acl_file import default_acl_file
+
+    if not config.acl_enable or config.acl_file_path:
+        return config
+    return dataclasses.replace(config, acl_file_path=str(default_acl_file(config_file)))
 
 
 def _with_namesrv_addr(broker_config: Any, namesrv_addr: str) -> Any:

@@ -17,6 +17,9 @@ import contextlib
 import logging
 import time
 
+from tidemq.acl.acl_file import acl_file_of
+from tidemq.acl.permission import NAMESRV_CHECKED_CODES
+from tidemq.acl.service import AclService
 from tidemq.namesrv.config import NamesrvConfig
 from tidemq.namesrv.kv_config import KVConfigManager
 from tidemq.namesrv.processor import NamesrvProcessor
@@ -45,11 +48,21 @@ class NamesrvController:
         self.kv_config = KVConfigManager(self.config.kv_config_path)
         self.processor = NamesrvProcessor(self.config, self.route_info, self.kv_config,
                                           clock_ms=_now_ms)
+        # ACL on the write operations only (reads stay open, as in RocketMQ); a missing or
+        # broken ACL file stops the start here.
+        self.acl = (
+            AclService(acl_file_of(self.config.acl_file_path),
+                       checked_codes=NAMESRV_CHECKED_CODES)
+            if self.config.acl_enable else None
+        )
         self.server = RemotingServer(
             self.config.bind_address,
             [self.config.listen_port],
             idle_timeout_s=self.config.server_channel_max_idle_time_seconds,
+            tls=self.config.server_tls(),
         )
+        if self.acl is not None:
+            self.server.set_request_guard(self.acl.guard)
         self.processor.register(self.server)
         self.server.connection_listeners.append(self._connection_event)
         self._scan_task: asyncio.Task[None] | None = None
@@ -74,6 +87,8 @@ class NamesrvController:
         """
         self.kv_config.load()
         await self.server.start()
+        if self.acl is not None:
+            self.acl.start()
         self._bound_port = self.server.bound_ports[0]
         self._scan_task = asyncio.get_running_loop().create_task(
             self._scan_not_active_brokers(), name="namesrv-broker-expiry-scan"
@@ -87,6 +102,8 @@ class NamesrvController:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
             self._scan_task = None
+        if self.acl is not None:
+            await self.acl.stop()
         await self.server.stop(grace_s)
         log.info("name server on %s stopped", self.address)
 

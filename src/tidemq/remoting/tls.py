@@ -71,6 +71,78 @@ class ServerTls:
 PLAIN = ServerTls(TlsMode.DISABLED)
 
 
+def server_tls(
+    *,
+    enable: bool,
+    mode: str | None,
+    cert_path: Path | str | None,
+    key_path: Path | str | None,
+    key_password: str | None = None,
+    need_client_auth: str | None = None,
+    trust_cert_path: Path | str | None = None,
+    load: bool = True,
+) -> ServerTls:
+    """The ``ServerTls`` a server's TLS settings ask for (the keys of docs/security.md).
+
+    ``enable`` false gives plain TCP; then setting ``mode`` to anything but disabled is a
+    mistake worth stopping for. With ``enable``, ``mode`` defaults to permissive (RocketMQ's
+    default ``tls.server.mode``) and a certificate and key are required. ``load=False``
+    checks the settings and that the files exist without building the context (a config's
+    own validation); the result then has no context.
+
+    Raises:
+        ConfigError: a missing or contradictory setting, or files that do not load; the
+            message names the key.
+    """
+    try:
+        chosen = TlsMode(mode.strip().lower()) if mode else None
+        auth = ClientAuth((need_client_auth or "none").strip().lower())
+    except ValueError:
+        raise ConfigError(
+            f"tlsServerMode={mode} / tlsServerNeedClientAuth={need_client_auth}: expected "
+            "disabled, permissive or enforcing / none, optional or require"
+        ) from None
+    if not enable:
+        if chosen not in (None, TlsMode.DISABLED):
+            raise ConfigError(
+                f"tlsServerMode={chosen} but tlsEnable=false: set tlsEnable=true to serve TLS "
+                "(or leave tlsServerMode out)"
+            )
+        return PLAIN
+    if chosen is TlsMode.DISABLED:
+        raise ConfigError("tlsEnable=true with tlsServerMode=disabled: choose permissive or "
+                          "enforcing, or set tlsEnable=false")
+    if not cert_path or not key_path:
+        raise ConfigError("tlsEnable=true needs tlsServerCertPath and tlsServerKeyPath (the "
+                          "server's PEM certificate chain and private key)")
+    if not load:
+        for path, key in ((cert_path, "tlsServerCertPath"), (key_path, "tlsServerKeyPath"),
+                          (trust_cert_path, "tlsServerTrustCertPath")):
+            if path and not Path(path).is_file():
+                raise ConfigError(f"{key}={path}: no such file (give the PEM file's path)")
+        if auth is not ClientAuth.NONE and not trust_cert_path:
+            raise ConfigError(f"tlsServerNeedClientAuth={auth} needs tlsServerTrustCertPath")
+        return ServerTls(chosen or TlsMode.PERMISSIVE)
+    context = server_context(cert_path, key_path, key_password=key_password,
+                             need_client_auth=auth, trust_cert_path=trust_cert_path)
+    return ServerTls(chosen or TlsMode.PERMISSIVE, context)
+
+
+def server_tls_of(config: object, *, load: bool = True) -> ServerTls:
+    """``server_tls`` from a server config carrying the ``tls_*`` fields of the broker's and
+    the name server's configs (tlsEnable, tlsServerMode, tlsServerCertPath, ...)."""
+    return server_tls(
+        enable=config.tls_enable,  # type: ignore[attr-defined]
+        mode=config.tls_server_mode,  # type: ignore[attr-defined]
+        cert_path=config.tls_server_cert_path,  # type: ignore[attr-defined]
+        key_path=config.tls_server_key_path,  # type: ignore[attr-defined]
+        key_password=config.tls_server_key_password,  # type: ignore[attr-defined]
+        need_client_auth=config.tls_server_need_client_auth,  # type: ignore[attr-defined]
+        trust_cert_path=config.tls_server_trust_cert_path,  # type: ignore[attr-defined]
+        load=load,
+    )
+
+
 def server_context(
     cert_path: Path | str,
     key_path: Path | str,

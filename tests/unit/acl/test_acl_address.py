@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidemq.broker.acl.address import AddressPattern, peer_ip
+from tidemq.acl.address import AddressPattern, peer_ip
 
 
 def matches(pattern: str, address: str) -> bool:

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from acl_helpers import write_acl
 
-from tidemq.broker.acl import AclService
+from tidemq.acl import AclService
 from tidemq.client.security import Credentials
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand

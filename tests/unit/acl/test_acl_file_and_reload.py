@@ -9,8 +9,8 @@ import os
 import pytest
 from acl_helpers import ACL_YAML, write_acl
 
-from tidemq.broker.acl import AclFileError, AclService, load_acl_file
-from tidemq.broker.acl.permission import Perm
+from tidemq.acl import AclFileError, AclService, load_acl_file
+from tidemq.acl.permission import Perm
 
 
 def test_rocketmq_shipped_file_loads(tmp_path):

@@ -7,8 +7,8 @@ import orjson
 import pytest
 from acl_helpers import signed, write_acl
 
-from tidemq.broker.acl import AclValidator, load_acl_file
-from tidemq.broker.acl.permission import NAMESRV_CHECKED_CODES
+from tidemq.acl import AclValidator, load_acl_file
+from tidemq.acl.permission import NAMESRV_CHECKED_CODES
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.signature import SIGNATURE

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import ipaddress
 
-from tidemq.broker.acl.acl_file import Account, AclRules
-from tidemq.broker.acl.address import peer_ip
-from tidemq.broker.acl.permission import ADMIN_CODES, Perm, perm_allows, perm_text
-from tidemq.broker.acl.resources import UnreadableRequest, is_group_resource, needed_permissions
+from tidemq.acl.acl_file import Account, AclRules
+from tidemq.acl.address import peer_ip
+from tidemq.acl.permission import ADMIN_CODES, Perm, perm_allows, perm_text
+from tidemq.acl.resources import UnreadableRequest, is_group_resource, needed_permissions
 from tidemq.protocol.codes import ResponseCode, request_code_name
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.signature import ACCESS_KEY, SIGNATURE, server_signed_head, signature_matches

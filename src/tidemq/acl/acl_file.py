@@ -42,9 +42,9 @@ from typing import Any
 
 import yaml
 
-from tidemq.broker.acl.address import AddressPattern
-from tidemq.broker.acl.permission import PERM_WORDS, Perm, parse_perm
-from tidemq.broker.acl.resources import retry_topic
+from tidemq.acl.address import AddressPattern
+from tidemq.acl.permission import PERM_WORDS, Perm, parse_perm
+from tidemq.acl.resources import retry_topic
 from tidemq.errors import ConfigError
 from tidemq.protocol.signature import Signer
 
@@ -55,6 +55,7 @@ KEY_LENGTH_MIN_EXCLUSIVE = 6
 # a mistake (a log pasted in), refused before YAML builds it in memory.
 ACL_FILE_BYTES_MAX = 16 * 1024 * 1024
 
+ACL_FILE_NAME = "plain_acl.yml"
 GLOBAL_WHITE = "globalWhiteRemoteAddresses"
 ACCOUNTS = "accounts"
 DATA_VERSION = "dataVersion"
@@ -92,6 +93,23 @@ class AclRules:
     data_version_counter: int
     data_version_timestamp: int
     document: Mapping[str, Any]
+
+
+def default_acl_file(config_file: Path | None = None) -> Path:
+    """Where the ACL file is when aclFilePath is not set: ``$ROCKETMQ_HOME/conf/plain_acl.yml``
+    as RocketMQ has it, else beside the server's config file, else ``conf/plain_acl.yml``
+    under the working directory."""
+    home = os.environ.get("ROCKETMQ_HOME")
+    if home:
+        return Path(home) / "conf" / ACL_FILE_NAME
+    if config_file is not None:
+        return Path(config_file).resolve().parent / ACL_FILE_NAME
+    return Path("conf") / ACL_FILE_NAME
+
+
+def acl_file_of(acl_file_path: str | None, config_file: Path | None = None) -> Path:
+    """The ACL file a server uses: aclFilePath when set, else ``default_acl_file``."""
+    return Path(acl_file_path) if acl_file_path else default_acl_file(config_file)
 
 
 def read_acl_document(path: Path) -> dict[str, Any]:

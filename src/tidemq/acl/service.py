@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemq.broker.acl.acl_file import (
+from tidemq.acl.acl_file import (
     ACCOUNTS,
     GLOBAL_WHITE,
     AclFileError,
@@ -42,11 +42,10 @@ from tidemq.broker.acl.acl_file import (
     parse_acl_document,
     write_acl_document,
 )
-from tidemq.broker.acl.validator import AclValidator
+from tidemq.acl.validator import AclValidator
 
 if TYPE_CHECKING:
     from tidemq.protocol.command import RemotingCommand
-    from tidemq.remoting.connection import Connection
 
 log = logging.getLogger("tidemq.acl")
 
@@ -102,8 +101,9 @@ class AclService:
         """The rules in force."""
         return self.validator.rules
 
-    def guard(self, request: RemotingCommand, connection: Connection) -> tuple[int, str] | None:
-        """The remoting request guard: ``RemotingServer.set_request_guard(service.guard)``."""
+    def guard(self, request: RemotingCommand, connection: Any) -> tuple[int, str] | None:
+        """The remoting request guard: ``RemotingServer.set_request_guard(service.guard)``;
+        ``connection`` is anything with the peer's ``remote_address`` (``"ip:port"``)."""
         return self.validator.check(request, connection.remote_address)
 
     # -- hot reload ----------------------------------------------------------------------------

@@ -26,7 +26,7 @@ Every other code needs no resource permission (only a valid signature, and admin
 
 from __future__ import annotations
 
-from tidemq.broker.acl.permission import Perm
+from tidemq.acl.permission import Perm
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode
 from tidemq.protocol.command import RemotingCommand
