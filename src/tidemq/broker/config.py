@@ -134,6 +134,13 @@ class BrokerConfig:
         default=True, metadata=_key("autoCreateSubscriptionGroup")
     )
     slave_read_enable: bool = field(default=False, metadata=_key("slaveReadEnable"))
+    # With slaveReadEnable, a pull whose data lies further behind the commit log's end than
+    # this percentage of the machine's memory (no longer likely in the page cache) is told
+    # to go to the group's whichBrokerWhenConsumeSlowly (RocketMQ's MessageStoreConfig key
+    # and default, 40; protocol-notes §13.3).
+    access_message_in_memory_max_ratio: int = field(
+        default=40, metadata=_key("accessMessageInMemoryMaxRatio", min=0, max=100)
+    )
     enable_property_filter: bool = field(default=False, metadata=_key("enablePropertyFilter"))
     # With SQL92 subscriptions, also filter the messages of %RETRY%<group> by the SQL92
     # expression of the topic each was first sent to (RocketMQ's default: retries are not

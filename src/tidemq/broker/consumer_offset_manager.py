@@ -26,6 +26,11 @@ from tidemq.store.config_tables import ConsumerOffsetTable
 
 log = logging.getLogger("tidemq.broker")
 
+# An UPDATE_CONSUMER_OFFSET carrying this ext field set to "true" comes from a slave handing
+# back what consumers committed to it while its master was away: the master keeps the larger
+# of its offset and this one (a tidemq extension; RocketMQ brokers ignore unknown fields).
+KEEP_LARGER_EXT_FIELD = "tidemqKeepLarger"
+
 
 @dataclass(frozen=True, slots=True)
 class OffsetSnapshot:
@@ -45,10 +50,16 @@ class ConsumerOffsetManager:
         ConfigFileCorrupt: the file and its .bak are both unreadable.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, remember_local_commits: bool = False
+    ) -> None:
         self._file = ConfigFile(path)
         self._table = ConsumerOffsetTable.load(self._file)
         self._persisted_version = self._table.data_version.counter
+        # On a slave: offsets committed to this broker itself (consumers whose master was
+        # gone), kept until the master's table has them (``merge_from_master``).
+        self._remember_local_commits = remember_local_commits
+        self._local_commits: dict[tuple[str, str, int], int] = {}
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record ``group``'s next offset to consume in ``topic`` queue ``queue_id``.
@@ -59,6 +70,52 @@ class ConsumerOffsetManager:
         if offset < 0:
             return
         self._table.commit(group, topic, queue_id, offset)
+        if self._remember_local_commits:
+            self._local_commits[(group, topic, queue_id)] = offset
+
+    def commit_offset_max(self, group: str, topic: str, queue_id: int, offset: int) -> bool:
+        """Record ``offset`` unless the committed one is already at or past it (a slave
+        handing back what consumers committed to it while this master was away).
+
+        Returns:
+            True when the offset moved forward.
+        """
+        current = self._table.query(group, topic, queue_id)
+        if offset < 0 or (current is not None and current >= offset):
+            return False
+        self._table.commit(group, topic, queue_id, offset)
+        return True
+
+    def merge_from_master(self, master: ConsumerOffsetTable) -> list[tuple[str, str, int, int]]:
+        """Take the master's offsets (a slave's periodic sync), keeping the local commits the
+        master does not have yet.
+
+        The table becomes the master's, except that a queue committed here to an offset
+        beyond the master's keeps it. Local commits the master has reached are forgotten.
+
+        Returns:
+            ``(group, topic, queue id, offset)`` of the local commits still ahead of the
+            master: the slave hands these to the master (``commit_offset_max`` there).
+        """
+        ahead: list[tuple[str, str, int, int]] = []
+        for (group, topic, queue_id), offset in list(self._local_commits.items()):
+            mastered = master.query(group, topic, queue_id)
+            if mastered is not None and mastered >= offset:
+                del self._local_commits[(group, topic, queue_id)]
+                continue
+            ahead.append((group, topic, queue_id, offset))
+        merged = ConsumerOffsetTable.from_json(master.to_json())
+        for group, topic, queue_id, offset in ahead:
+            merged.commit(group, topic, queue_id, offset)
+        if merged.to_json() != self._table.to_json():
+            merged.data_version.counter = self._table.data_version.counter + 1
+            self._table = merged
+        return ahead
+
+    @property
+    def local_commits(self) -> dict[tuple[str, str, int], int]:
+        """The offsets committed to this slave and not yet seen in its master's table."""
+        return dict(self._local_commits)
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The committed offset, or None when ``group`` never committed one for the queue."""

@@ -10,7 +10,8 @@ The controller is the only place that knows every part. In ``__init__`` it
    listenPort - 2, name-server registration (``registration``), the delay levels' timers
    (``schedule_service``), transactions (``transaction_service``, broker/transaction/),
    exactly-once batches on them (``exactly_once``, broker/exactly_once/) and
-   the consumption side's background work (``consumption``);
+   the consumption side's background work (``consumption``) and, on a slave, the copying
+   of its master's tables (``slave_sync``);
 3. builds each processor with exactly the parts it uses, and registers them.
 
 No part or processor sees the controller; the controller's own attributes (``store``,
@@ -60,6 +61,7 @@ from tidemq.broker.runtime_info import SAMPLE_INTERVAL_MS
 from tidemq.broker.schedule_service import ScheduleMessageService
 from tidemq.broker.send_back_processor import SendBackProcessor
 from tidemq.broker.send_processor import SendMessageProcessor
+from tidemq.broker.slave_sync import SlaveSynchronizer
 from tidemq.broker.transaction import TransactionService
 from tidemq.remoting.client import RemotingClient
 from tidemq.remoting.server import RemotingServer
@@ -164,6 +166,11 @@ class BrokerController:
             config=parts.config, store=parts.store, offsets=parts.offsets,
             clients=parts.clients, locks=parts.locks, pull_holds=parts.pull_holds,
         )
+        # A slave copies its master's tables every 10 s (slave_sync.py).
+        self.slave_sync = SlaveSynchronizer(
+            role=parts.role, topics=parts.topics, offsets=parts.offsets, groups=parts.groups,
+            schedule=self.schedule_service, client=self.remoting_client,
+        ) if parts.role.is_slave else None
         self._processors = self._make_processors(parts)
         self.register_processors(self.server)
 
@@ -240,6 +247,8 @@ class BrokerController:
             self._tasks.append(self.loop.create_task(self._retention_loop(), name="retention"))
             self._tasks.append(self.loop.create_task(self._stats_loop(), name="broker-stats"))
             await self.registration.start()
+            if self.slave_sync is not None:
+                await self.slave_sync.start()
         except BaseException:
             await self.shutdown()
             raise
@@ -266,6 +275,8 @@ class BrokerController:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self.slave_sync is not None:
+            await self.slave_sync.stop()
         await self.registration.stop()
         if self.acl is not None:
             await self.acl.stop()

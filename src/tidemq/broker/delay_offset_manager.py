@@ -90,6 +90,17 @@ class DelayOffsetManager:
         self._table.commit(level, offset)
         return True
 
+    def replace(self, table: DelayOffsetTable) -> bool:
+        """Take ``table``'s offsets instead of ours (a slave copying its master's); True when
+        any offset changed."""
+        if table.to_json_object() == self._table.to_json_object():
+            return False
+        version = self._table.data_version.counter + 1
+        self._table = DelayOffsetTable(
+            {level: table.query(level) or 0 for level in table.levels()})
+        self._table.data_version.counter = version
+        return True
+
     def offsets(self) -> dict[int, int]:
         """level -> next offset, for every level that ever advanced."""
         return {level: self.offset(level) for level in self._table.levels()}

@@ -18,6 +18,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from tidemq.broker.consumer_offset_manager import KEEP_LARGER_EXT_FIELD
 from tidemq.errors import HeaderFieldError
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
@@ -118,10 +119,19 @@ class ConsumerOffsetProcessor:
     @_handler(UpdateConsumerOffsetRequestHeader)
     def update_consumer_offset(self, request: RemotingCommand,
                                header: UpdateConsumerOffsetRequestHeader) -> RemotingCommand:
-        """UPDATE_CONSUMER_OFFSET: store the group's offset of a queue (often oneway)."""
-        self._offsets.commit_offset(
-            header.consumer_group, header.topic, header.queue_id, header.commit_offset
-        )
+        """UPDATE_CONSUMER_OFFSET: store the group's offset of a queue (often oneway).
+
+        Allowed on a slave too, as in RocketMQ (a consumer whose master is gone commits
+        there); with the ``tidemqKeepLarger`` field (a slave handing those commits back to
+        its master) the larger of the stored and the given offset is kept."""
+        if (request.ext_fields or {}).get(KEEP_LARGER_EXT_FIELD) == "true":
+            self._offsets.commit_offset_max(
+                header.consumer_group, header.topic, header.queue_id, header.commit_offset
+            )
+        else:
+            self._offsets.commit_offset(
+                header.consumer_group, header.topic, header.queue_id, header.commit_offset
+            )
         return _success(request)
 
     @_handler(GetMaxOffsetRequestHeader)

@@ -86,6 +86,7 @@ class BrokerParts:
         config_dir = Path(store_config.store_path_root_dir) / CONFIG_DIR_NAME
         config_dir.mkdir(parents=True, exist_ok=True)
         identity = BrokerIdentity(config)
+        role = ReplicationRole(config, identity)
         clients = Clients(config)
         recheck_ms = (
             LONG_POLLING_RECHECK_INTERVAL_MS if config.long_polling_enable
@@ -96,10 +97,13 @@ class BrokerParts:
             store_config=store_config,
             store=store,
             identity=identity,
-            role=ReplicationRole(config, identity),
+            role=role,
             stats=BrokerStats(),
             topics=TopicConfigManager(config, config_dir, on_change=on_topics_changed),
-            offsets=ConsumerOffsetManager(config_dir / "consumerOffset.json"),
+            # A slave remembers what consumers commit to it (slave_sync.py hands it back).
+            offsets=ConsumerOffsetManager(
+                config_dir / "consumerOffset.json", remember_local_commits=role.is_slave
+            ),
             groups=SubscriptionGroupManager(config_dir / "subscriptionGroup.json", config),
             clients=clients,
             locks=RebalanceLockManager(clock_ms=clients.now_ms),

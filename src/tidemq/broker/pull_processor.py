@@ -37,6 +37,14 @@ subscriptions take no per-message step here.
     OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY      PULL_OFFSET_MOVED (21)
     OFFSET_OVERFLOW_ONE, OFFSET_FOUND_NULL       PULL_NOT_FOUND (19)
 
+On a slave (as RocketMQ 4.9): the pull is served whatever slaveReadEnable says (a consumer
+whose master is gone reads on from the slave); PULL_OFFSET_MOVED becomes
+PULL_RETRY_IMMEDIATELY at the requested offset (a lagging copy is no reason to move the
+consumer); the COMMIT_OFFSET flag is ignored. suggestWhichBrokerId follows §13.3: 0 without
+slaveReadEnable; with it, the group's whichBrokerWhenConsumeSlowly when the data pulled lies
+further behind the commit log's end than accessMessageInMemoryMaxRatio percent of the
+machine's memory, else the group's brokerId.
+
 A PULL_NOT_FOUND with the SUSPEND flag is parked in the ``PullRequestHoldService`` (long
 polling) instead of answered. With the COMMIT_OFFSET flag the consumer's ``commitOffset`` is
 stored for the group (not on a slave), once, when the pull first arrives.
@@ -45,6 +53,8 @@ stored for the group (not on a slave), once, when the pull first arrives.
 from __future__ import annotations
 
 import logging
+import os
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -63,7 +73,7 @@ from tidemq.filter.record_filter import filter_records
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
-from tidemq.protocol.message import PROPERTY_RETRY_TOPIC
+from tidemq.protocol.message import POSITION_PHYSICAL_OFFSET, PROPERTY_RETRY_TOPIC
 from tidemq.store.interface import GetResult, GetStatus
 
 if TYPE_CHECKING:
@@ -78,6 +88,7 @@ if TYPE_CHECKING:
     from tidemq.broker.topic_config_manager import TopicConfigManager
     from tidemq.remoting.connection import Connection
     from tidemq.remoting.server import RemotingServer
+    from tidemq.store.config_tables import SubscriptionGroupConfig
     from tidemq.store.interface import MessageStore
 
 log = logging.getLogger("tidemq.broker")
@@ -90,6 +101,9 @@ PULL_FLAG_CLASS_FILTER = 0x8
 PULL_FLAG_LITE_PULL = 0x10
 
 MASTER_ID = 0
+
+# When the memory size cannot be read, assume 8 GiB (a common broker host).
+MEMORY_BYTES_UNKNOWN = 8 * 1024**3
 
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 
@@ -115,6 +129,9 @@ WAKE_SKIPPED_ENTRIES_MAX = 256
 # Subscriptions built from pull headers, cached by (topic, expression, type): a C++ or ali-ons
 # consumer sends its expression with every pull. Cleared when it grows past this.
 _SUBSCRIPTION_CACHE_MAX = 4096
+
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
 
 _CODE_BY_STATUS = {
     GetStatus.FOUND: ResponseCode.SUCCESS,
@@ -244,15 +261,13 @@ class PullMessageProcessor:
             )
         ):
             return None  # nothing new matched yet: keep the pull parked
-        suggest = group_config.broker_id if config.slave_read_enable else MASTER_ID
+        suggest = self._suggested_broker_id(group_config, result)
         next_begin_offset = result.next_begin_offset
         is_slave = self._role.is_slave
         if is_slave and code == ResponseCode.PULL_OFFSET_MOVED:
             # A slave may lag its master: its view of the queue is no reason to move the
             # consumer (RocketMQ without offsetCheckInSlave).
             code, next_begin_offset = ResponseCode.PULL_RETRY_IMMEDIATELY, header.queue_offset
-        if is_slave and not config.slave_read_enable:
-            code, suggest = ResponseCode.PULL_RETRY_IMMEDIATELY, MASTER_ID
         first = mode is PullMode.FIRST
         if first and header.sys_flag & PULL_FLAG_COMMIT_OFFSET and not is_slave:
             self._offsets.commit_offset(
@@ -296,11 +311,39 @@ class PullMessageProcessor:
             ext_fields=response_header.to_ext_fields(),
         )
 
+    def _suggested_broker_id(self, group_config: SubscriptionGroupConfig,
+                             result: GetResult) -> int:
+        """suggestWhichBrokerId (protocol-notes §13.3): the master (0) unless slaveReadEnable;
+        with it, the group's whichBrokerWhenConsumeSlowly when the pulled data lies further
+        behind the log's end than accessMessageInMemoryMaxRatio of the memory, else the
+        group's brokerId.
+
+        As RocketMQ 4.9, a slave serves the pulls it receives whatever slaveReadEnable says
+        (a consumer whose master is gone reads on from it); the setting only decides where
+        consumers are told to go next.
+        """
+        config = self._config
+        if not config.slave_read_enable:
+            return MASTER_ID
+        if result.status is GetStatus.FOUND and self._behind_memory(result.body):
+            return group_config.which_broker_when_consume_slowly
+        return group_config.broker_id
+
+    def _behind_memory(self, body: bytes) -> bool:
+        """True when the last record of ``body`` starts further from the commit log's end
+        than accessMessageInMemoryMaxRatio percent of the machine's memory."""
+        last = last_physical_offset(body)
+        if last is None:
+            return False
+        threshold = MEMORY_BYTES * self._config.access_message_in_memory_max_ratio // 100
+        return self._store.commit_log_max_offset() - last > threshold
+
     # -- checks -------------------------------------------------------------------------------
 
     def _check(
         self, request: RemotingCommand, connection: Connection, header: PullMessageRequestHeader
-    ) -> tuple[RemotingCommand | None, SubscriptionData | None, object | None]:
+    ) -> tuple[RemotingCommand | None, SubscriptionData | None,
+               SubscriptionGroupConfig | None]:
         """RocketMQ's pre-checks in order: (refusal, None, None) or (None, subscription, group)."""
         config = self._config
         group = header.consumer_group
@@ -475,6 +518,31 @@ class PullMessageProcessor:
         return subscription
 
 
+def last_physical_offset(body: bytes) -> int | None:
+    """The commit-log offset of the last record of a pull body (records back to back, each
+    starting with its int32 total size; the physical offset at POSITION_PHYSICAL_OFFSET)."""
+    position = 0
+    last = None
+    end = len(body)
+    while position + POSITION_PHYSICAL_OFFSET + 8 <= end:
+        size = _INT32.unpack_from(body, position)[0]
+        if size <= 0:
+            break
+        last = position
+        position += size
+    if last is None:
+        return None
+    return _INT64.unpack_from(body, last + POSITION_PHYSICAL_OFFSET)[0]
+
+
+def _memory_bytes() -> int:
+    """The machine's physical memory (RocketMQ's TOTAL_PHYSICAL_MEMORY_SIZE)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return MEMORY_BYTES_UNKNOWN
+
+
 def _matches(data: FilterData) -> RecordTest:
     expression = data.expression
     assert expression is not None
@@ -530,3 +598,6 @@ def _remark(
 
 def _error(request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
     return RemotingCommand.response_to(request, code, remark=remark)
+
+
+MEMORY_BYTES = _memory_bytes()

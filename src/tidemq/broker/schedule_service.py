@@ -289,6 +289,14 @@ class ScheduleMessageService:
         """The GET_ALL_DELAY_OFFSET body: ``{"offsetTable":{level: next offset}}``."""
         return self._offsets.to_json()
 
+    async def sync_from_master(self, table: DelayOffsetTable) -> bool:
+        """Take the master's delay offsets (a slave's periodic sync; a slave delivers
+        nothing itself) and write them; True when they changed."""
+        if not self._offsets.replace(table):
+            return False
+        await self.persist()
+        return True
+
     def offset(self, level: int) -> int:
         """The next queue offset ``level`` will deliver."""
         return self._offsets.offset(level)

@@ -23,7 +23,11 @@ import os
 from typing import TYPE_CHECKING
 
 from tidemq.store.config_file import ConfigFile
-from tidemq.store.config_tables import SubscriptionGroupConfig, SubscriptionGroupTable
+from tidemq.store.config_tables import (
+    DataVersion,
+    SubscriptionGroupConfig,
+    SubscriptionGroupTable,
+)
 
 if TYPE_CHECKING:
     from tidemq.broker.config import BrokerConfig
@@ -96,6 +100,20 @@ class SubscriptionGroupManager:
         if removed is None:
             return False
         log.info("deleted subscription group %s", group)
+        self.persist()
+        return True
+
+    def sync_from_master(self, master: SubscriptionGroupTable) -> bool:
+        """Become a copy of the master's table (a slave's periodic sync): replaced whole, with
+        the master's data version, when that version differs from ours; persists.
+
+        Returns:
+            True when the table changed.
+        """
+        if master.data_version == self._table.data_version:
+            return False
+        self._table = SubscriptionGroupTable(list(master), DataVersion(
+            master.data_version.counter, master.data_version.timestamp_ms))
         self.persist()
         return True
 

@@ -197,6 +197,21 @@ class TopicConfigManager:
         self._changed()
         return True
 
+    def sync_from_master(self, master: TopicConfigTable) -> bool:
+        """Become a copy of the master's table (a slave's periodic sync, RocketMQ's
+        SlaveSynchronize): replaced whole, with the master's data version, when that version
+        differs from ours; persists and reports the change.
+
+        Returns:
+            True when the table changed.
+        """
+        if master.data_version == self._table.data_version:
+            return False
+        self._table = TopicConfigTable(list(master), DataVersion(
+            master.data_version.counter, master.data_version.timestamp_ms))
+        self._changed()
+        return True
+
     def create_topic_in_send_process(
         self,
         topic: str,

@@ -232,15 +232,51 @@ def test_commit_offset_flag_stores_the_consumers_offset(setup):
     assert broker.consumer_offset_manager.query_offset(GROUP, TOPIC, 0) == 2
 
 
-def test_slave_does_not_serve_pulls_without_slave_read_and_stores_no_offset(setup):
+def test_slave_serves_pulls_suggests_the_master_and_stores_no_offset(setup):
+    # RocketMQ 4.9: a slave answers what it has whatever slaveReadEnable says (a consumer
+    # whose master is gone reads on from it); without slaveReadEnable it points back to 0.
     broker, ask = setup(broker_role="SLAVE", broker_id=1)
     put(broker)
     response = ask(pull_request(0, flags=PULL_FLAG_SUBSCRIPTION | PULL_FLAG_COMMIT_OFFSET,
                                 commit_offset=1))
-    assert response.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+    assert response.code == ResponseCode.SUCCESS
     assert header_of(response)["suggestWhichBrokerId"] == 0
-    assert not response.body
+    assert [r.body for r in iter_records(response.body)] == [b"hello"]
     assert broker.consumer_offset_manager.query_offset(GROUP, TOPIC, 0) is None
+
+
+def test_slave_does_not_move_a_consumer_past_what_it_has_not_copied_yet(setup):
+    broker, ask = setup(broker_role="SLAVE", broker_id=1)
+    put(broker)
+    response = ask(pull_request(5, flags=PULL_FLAG_SUBSCRIPTION))
+    assert response.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+    assert header_of(response)["nextBeginOffset"] == 5
+
+
+def test_suggestion_with_slave_read_follows_the_group_and_the_memory_ratio(setup):
+    broker, ask = setup(slave_read_enable=True)
+    for _ in range(3):
+        put(broker)
+    broker.subscription_group_manager.update_subscription_group_config(
+        SubscriptionGroupConfig(GROUP, broker_id=2, which_broker_when_consume_slowly=3))
+    in_memory = ask(pull_request(0, flags=PULL_FLAG_SUBSCRIPTION))
+    assert in_memory.code == ResponseCode.SUCCESS
+    assert header_of(in_memory)["suggestWhichBrokerId"] == 2
+    # Ratio 0: any data behind the log's end counts as no longer in memory.
+    slow, ask_slow = setup(slave_read_enable=True, access_message_in_memory_max_ratio=0)
+    for _ in range(3):
+        put(slow)
+    behind = ask_slow(pull_request(0, max_msg_nums=1, flags=PULL_FLAG_SUBSCRIPTION))
+    assert behind.code == ResponseCode.SUCCESS
+    assert header_of(behind)["suggestWhichBrokerId"] == 1  # whichBrokerWhenConsumeSlowly
+
+
+def test_without_slave_read_the_master_always_suggests_itself(setup):
+    broker, ask = setup(access_message_in_memory_max_ratio=0)
+    for _ in range(3):
+        put(broker)
+    response = ask(pull_request(0, max_msg_nums=1, flags=PULL_FLAG_SUBSCRIPTION))
+    assert header_of(response)["suggestWhichBrokerId"] == 0
 
 
 # -- pre-checks, in RocketMQ's order ---------------------------------------------------------------

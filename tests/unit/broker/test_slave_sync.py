@@ -1,0 +1,123 @@
+"""A slave copies its master's tables every 10 s (slave_sync.py), and offsets committed to the
+slave while its master was away are kept and handed back instead of thrown away."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import orjson
+
+from tidemq.broker.consumer_offset_manager import KEEP_LARGER_EXT_FIELD
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.command import RemotingCommand
+from tidemq.store.config_tables import SubscriptionGroupConfig, TopicConfig
+
+GROUP = "cg_sync"
+TOPIC = "Orders"
+
+
+def update_offset(offset: int, queue_id: int = 0, **extra: str) -> RemotingCommand:
+    fields = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(queue_id),
+              "commitOffset": str(offset), **extra}
+    return RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, fields)
+
+
+def make_pair(make_broker, tmp_path, *, delay_offsets: dict[str, int] | None = None):
+    """A master (to be served) and a slave of the same broker name (not started)."""
+    master_root = tmp_path / "master"
+    if delay_offsets is not None:
+        (master_root / "config").mkdir(parents=True)
+        (master_root / "config" / "delayOffset.json").write_bytes(
+            orjson.dumps({"offsetTable": delay_offsets}))
+    master = make_broker(root=master_root)
+    slave = make_broker(root=tmp_path / "slave", broker_role="SLAVE", broker_id=1)
+    return master, slave
+
+
+def test_slave_copies_topics_groups_and_delay_offsets(make_broker, handlers, serve, tmp_path):
+    master, slave = make_pair(make_broker, tmp_path, delay_offsets={"2": 5, "3": 9})
+    master.topic_config_manager.update(TopicConfig(TOPIC, 4, 4))
+    master.subscription_group_manager.update_subscription_group_config(
+        SubscriptionGroupConfig(GROUP, retry_max_times=3))
+
+    async def scenario():
+        async with serve(master):
+            assert not await slave.slave_sync.sync_all()  # no master known yet: nothing
+            slave.role.learn_master(master.broker_address, None)
+            assert await slave.slave_sync.sync_all()
+        await slave.remoting_client.close()
+
+    asyncio.run(scenario())
+    assert slave.topic_config_manager.get(TOPIC) == TopicConfig(TOPIC, 4, 4)
+    assert slave.topic_config_manager.data_version == master.topic_config_manager.data_version
+    assert slave.subscription_group_manager.get(GROUP).retry_max_times == 3
+    assert slave.schedule_service.offset(2) == 5 and slave.schedule_service.offset(3) == 9
+    # Written to the slave's own files, so a restarted slave starts from them.
+    saved = orjson.loads((tmp_path / "slave" / "config" / "topics.json").read_bytes())
+    assert TOPIC in saved["topicConfigTable"]
+
+
+def test_offsets_committed_to_the_slave_while_the_master_was_away_are_handed_back(
+        make_broker, handlers, serve, tmp_path, caplog):
+    master, slave = make_pair(make_broker, tmp_path)
+    master.topic_config_manager.update(TopicConfig(TOPIC, 4, 4))
+    master_ask = handlers(master).ask
+    slave_ask = handlers(slave).ask
+
+    async def scenario():
+        # Before the outage both know queue 0 at 10 and queue 1 at 20.
+        for queue_id, offset in ((0, 10), (1, 20)):
+            assert (await master_ask(update_offset(offset, queue_id))).code == 0
+        async with serve(master):
+            slave.role.learn_master(master.broker_address, None)
+            await slave.slave_sync.sync_all()
+            assert slave.consumer_offset_manager.query_offset(GROUP, TOPIC, 0) == 10
+            # The master is away (to the slave: nothing answers at its address). The
+            # consumer commits queue 0 to 15 on the slave; a sync cannot reach the master
+            # and keeps everything.
+            slave.role.learn_master("127.0.0.1:1", None)
+            assert (await slave_ask(update_offset(15, 0))).code == 0
+            with caplog.at_level(logging.WARNING, logger="tidemq.broker"):
+                await slave.slave_sync.sync_all()
+            assert any("could not copy the consumer offsets" in r.getMessage()
+                       for r in caplog.records)
+            assert slave.consumer_offset_manager.query_offset(GROUP, TOPIC, 0) == 15
+            # The master is back (it moved queue 1 meanwhile): the slave keeps its 15,
+            # takes the master's 25, and hands 15 back.
+            assert (await master_ask(update_offset(25, 1))).code == 0
+            slave.role.learn_master(master.broker_address, None)
+            await slave.slave_sync.sync_all()
+            assert master.consumer_offset_manager.query_offset(GROUP, TOPIC, 0) == 15
+            assert slave.consumer_offset_manager.query_offset(GROUP, TOPIC, 0) == 15
+            assert slave.consumer_offset_manager.query_offset(GROUP, TOPIC, 1) == 25
+            # Once the master has it, the slave forgets it was its own: a later reset on
+            # the master (an operator moving the group back) reaches the slave as it is.
+            await slave.slave_sync.sync_all()
+            assert slave.consumer_offset_manager.local_commits == {}
+            assert (await master_ask(update_offset(3, 0))).code == 0
+            await slave.slave_sync.sync_all()
+            assert slave.consumer_offset_manager.query_offset(GROUP, TOPIC, 0) == 3
+        await slave.remoting_client.close()
+
+    asyncio.run(scenario())
+
+
+def test_keep_larger_commit_never_moves_an_offset_back(broker, handlers):
+    ask = handlers(broker).ask
+
+    async def scenario():
+        assert (await ask(update_offset(40))).code == ResponseCode.SUCCESS
+        assert (await ask(update_offset(30, **{KEEP_LARGER_EXT_FIELD: "true"}))).code == 0
+        assert broker.consumer_offset_manager.query_offset(GROUP, TOPIC, 0) == 40
+        assert (await ask(update_offset(50, **{KEEP_LARGER_EXT_FIELD: "true"}))).code == 0
+        assert broker.consumer_offset_manager.query_offset(GROUP, TOPIC, 0) == 50
+        # An ordinary commit still sets the offset as it is (a client resetting back).
+        assert (await ask(update_offset(5))).code == 0
+        assert broker.consumer_offset_manager.query_offset(GROUP, TOPIC, 0) == 5
+
+    asyncio.run(scenario())
+
+
+def test_a_master_starts_no_synchronizer(broker):
+    assert broker.slave_sync is None
