@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 
@@ -40,8 +42,14 @@ def test_dev_runs_a_name_server_and_a_broker(tidemq_server, free_port, test_brok
     dev = tidemq_server("dev", "dev", make_args)
     dev.start()
     banner = (f"tidemq dev: name server 127.0.0.1:{dev.port}, broker broker-a "
-              f"127.0.0.1:{broker_port} (cluster DefaultCluster), store {store}; Ctrl-C to stop")
-    assert banner in dev.stdout_path.read_text()
+              f"127.0.0.1:{broker_port} (cluster DefaultCluster), store {store}")
+    printed = re.search(re.escape(banner) + r", console (http://127\.0\.0\.1:\d+/); "
+                        "Ctrl-C to stop", dev.stdout_path.read_text())
+    assert printed, dev.stdout_path.read_text()
+    # The console it printed serves the cluster page (read-only unless --consoleWrite true).
+    with urllib.request.urlopen(printed.group(1), timeout=30) as page:
+        html = page.read().decode()
+    assert f"127.0.0.1:{broker_port}" in html and "read-only" in html
 
     # The broker registered its built-in topics, TBW102 among them, with the name server.
     response = route(remoting_call, dev.addr, "TBW102")

@@ -15,6 +15,7 @@ _COMMANDS = {
     "dev": "tidemq.cli.server_commands:dev",
     "admin": "tidemq.cli.admin_command:admin",
     "bench": "tidemq.cli.bench_command:bench",
+    "console": "tidemq.cli.console_command:console",
 }
 
 

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 import click
 
+from tidemq.cli.dev_console import pop_console_settings, start_dev_console
 from tidemq.config_loader import load_config, parse_override_args
 from tidemq.errors import ConfigError, TidemqError
 
@@ -143,6 +144,10 @@ def dev(ctx: click.Context, log_level: str) -> None:
     from tidemq.namesrv import NamesrvConfig, NamesrvController
 
     overrides = _overrides_or_exit("dev", ctx.args)
+    try:
+        console_settings = pop_console_settings(overrides)
+    except ValueError as e:
+        _fail("dev", e, EXIT_CONFIG_ERROR)
     namesrv_port_text = overrides.pop(DEV_NAMESRV_PORT_KEY, str(DEV_DEFAULT_NAMESRV_PORT))
     (namesrv_config,) = _load_or_exit("dev", [NamesrvConfig], None,
                                       {"listenPort": namesrv_port_text},
@@ -167,15 +172,19 @@ def dev(ctx: click.Context, log_level: str) -> None:
             broker_controller = _open_broker("dev", effective_config, store_config)
             await _start_or_exit("dev", broker_controller.start(),
                                  on_failure=broker_controller.shutdown)
+            console = await start_dev_console(console_settings, namesrv_controller.address)
             try:
+                console_text = f", console {console.url}" if console is not None else ""
                 _announce(
                     f"tidemq dev: name server {namesrv_controller.address}, broker "
                     f"{effective_config.broker_name} {broker_controller.broker_address} "
                     f"(cluster {effective_config.broker_cluster_name}), store "
-                    f"{store_config.store_path_root_dir}; Ctrl-C to stop"
+                    f"{store_config.store_path_root_dir}{console_text}; Ctrl-C to stop"
                 )
                 await stop.wait()
             finally:
+                if console is not None:
+                    await console.close()
                 await broker_controller.shutdown()
         finally:
             await namesrv_controller.shutdown()
