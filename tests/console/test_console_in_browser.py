@@ -235,12 +235,23 @@ def test_create_and_delete_a_topic(dev_cluster, browser, screenshot) -> None:
     browser.get(dev_cluster.console_url + "topics")
     fill_and_submit(browser, "create-topic", {"topic": "ConsoleMade", "queues": "3"})
     assert "ConsoleMade saved" in text_of(browser, "flash")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#queues tr")) == 1 + 3
+
+    def queue_rows() -> int:
+        if not browser.find_elements(By.ID, "queues"):
+            browser.refresh()  # the name server had not learnt the route yet
+            return 0
+        return len(browser.find_elements(By.CSS_SELECTOR, "#queues tr")) - 1
+
+    wait_until(lambda: queue_rows() == 3, "the new topic's three queues")
     screenshot("created")
     browser.find_element(By.ID, "delete-topic").find_element(By.CSS_SELECTOR, "button").click()
     assert "ConsoleMade deleted" in text_of(browser, "flash")
-    browser.get(dev_cluster.console_url + "topics?q=ConsoleMade")
-    assert "ConsoleMade" not in text_of(browser, "topics")
+
+    def listed() -> bool:
+        browser.get(dev_cluster.console_url + "topics?q=ConsoleMade")
+        return "ConsoleMade" in text_of(browser, "topics")
+
+    wait_until(lambda: not listed(), "the topic to leave the list")
 
 
 def test_read_only_console_refuses_changes(dev_cluster) -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
+from tidemq.client.errors import NoRouteError
 from tidemq.console.context import context_of, require_write
 from tidemq.console.html import field, form, hidden, link, table, url
 
+ROUTE_WAIT_S = 5.0
 SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "RMQ_SYS_", "SCHEDULE_TOPIC", "TBW102",
                          "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC", "TRANS_", "rmq_sys_")
 
@@ -75,7 +79,20 @@ async def update_topic(request: web.Request) -> web.Response:
         perm = int(str(data.get("perm", "6")))
     except ValueError:
         raise web.HTTPFound(url("/topics", error="queues and perm must be numbers")) from None
-    masters = await context.admin.create_topic(topic, queues, perm)
+    admin = context.admin
+    masters = await admin.create_topic(topic, queues, perm)
+    # The brokers tell the name servers at their next registration: wait a little for the
+    # route, so the topic page that follows can show the new queues.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ROUTE_WAIT_S
+    while loop.time() < deadline:
+        try:
+            route = await admin.topic_route(topic)
+        except NoRouteError:
+            route = None
+        if route is not None and all(q.write_queue_nums == queues for q in route.queue_datas):
+            break
+        await asyncio.sleep(0.1)
     raise web.HTTPFound(url("/topic", topic=topic,
                             flash=f"topic {topic} saved on {len(masters)} broker(s)"))
 
