@@ -94,6 +94,8 @@ class ConsumeQueue:
         self._spares: list[MappedFile] = []
         # Store time of the newest entry written; the checkpoint's logics time uses it.
         self.last_store_timestamp = 0
+        # A put jumped past max_offset (entries before it are missing): recovery rebuilds.
+        self.jumped = False
 
     # -- offsets --------------------------------------------------------------------------------
 
@@ -189,6 +191,7 @@ class ConsumeQueue:
         # the segment holding queue_offset, leaving a hole that reads as OFFSET_FOUND_NULL.
         byte_offset = queue_offset * ENTRY_SIZE
         last = self.queue.last_file()
+        self.jumped = True
         if last is not None:
             logger.warning(
                 "consume queue %s/%d jumps from offset %d to %d: records are missing from "

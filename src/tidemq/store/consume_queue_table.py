@@ -15,6 +15,7 @@ import os
 import shutil
 
 from tidemq.store.consume_queue import ConsumeQueue
+from tidemq.store.mapped_file import parse_file_name
 
 logger = logging.getLogger(__name__)
 
@@ -31,12 +32,15 @@ class ConsumeQueueTable:
         self.directory = directory
         self.file_size = file_size
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # Queues found wrong at load or by recovery, to rebuild from the commit log.
+        self.broken: set[tuple[str, int]] = set()
 
-    def load(self, *, extend_short_last: bool = False) -> None:
+    def load(self) -> None:
         """Map every queue found under the directory (write positions are set by recovery).
 
-        Args:
-            extend_short_last: see ``MappedFileQueue.load`` (True after a crash).
+        A queue with a segment of the wrong size (cut short, or grown) is derived data gone
+        wrong: its files are deleted and it is listed in ``broken``, for recovery to rebuild
+        from the commit log.
         """
         if self.directory is None or not os.path.isdir(self.directory):
             return
@@ -49,8 +53,29 @@ class ConsumeQueueTable:
                     continue
                 queue_dir = os.path.join(topic_dir, name)
                 queue = ConsumeQueue(topic, int(name), queue_dir, self.file_size)
-                queue.queue.load(extend_short_last=extend_short_last)
+                problem = self._segment_size_problem(queue_dir)
+                if problem is not None:
+                    logger.warning(
+                        "consume queue %s/%s: %s; deleted its files, rebuilding it from the "
+                        "commit log", topic, name, problem,
+                    )
+                    queue.destroy()
+                    self.broken.add((topic, int(name)))
+                else:
+                    queue.queue.load()
                 self._queues[(topic, int(name))] = queue
+
+    def _segment_size_problem(self, queue_dir: str) -> str | None:
+        for name in sorted(os.listdir(queue_dir)):
+            if parse_file_name(name) is None:
+                continue
+            size = os.path.getsize(os.path.join(queue_dir, name))
+            if size != self.file_size:
+                return (
+                    f"segment {name} is {size} bytes, not the segment size {self.file_size} "
+                    "(cut short, or written with another mappedFileSizeConsumeQueue)"
+                )
+        return None
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The queue, or None if it was never written."""
@@ -68,6 +93,14 @@ class ConsumeQueueTable:
             queue = ConsumeQueue(topic, queue_id, directory, self.file_size)
             self._queues[(topic, queue_id)] = queue
         return queue
+
+    def reset(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """Delete the queue's files (if any) and start it empty (a rebuild follows)."""
+        queue = self._queues.pop((topic, queue_id), None)
+        if queue is not None:
+            queue.destroy()
+        self.broken.discard((topic, queue_id))
+        return self.get_or_create(topic, queue_id)
 
     def all(self) -> list[ConsumeQueue]:
         """A snapshot of every queue."""

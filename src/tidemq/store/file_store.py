@@ -29,7 +29,7 @@ import os
 import threading
 
 from tidemq.errors import StoreError
-from tidemq.store import recovery
+from tidemq.store import rebuild, recovery
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.config import FlushDiskType, StoreConfig
@@ -89,12 +89,12 @@ class FileMessageStore(StoreCore):
             os.path.join(root, COMMIT_LOG_DIR), config.mapped_file_size_commit_log
         )
         self._opened.append(commit_log)
-        commit_log.queue.load(extend_short_last=not clean_exit)
+        commit_log.queue.load(extend_short=True)
         queues = ConsumeQueueTable(
             os.path.join(root, CONSUME_QUEUE_DIR), config.mapped_file_size_consume_queue
         )
         self._opened.append(queues)
-        queues.load(extend_short_last=not clean_exit)
+        queues.load()
         index = None
         if config.message_index_enable:
             index = IndexService(
@@ -114,6 +114,7 @@ class FileMessageStore(StoreCore):
             checkpoint_min_timestamp=self.checkpoint.min_timestamp(index is not None),
             check_crc=config.check_crc_on_recover,
             delay_level_ms=self._delay_level_ms,
+            checkpoint_index_timestamp=self.checkpoint.index_msg_timestamp,
         )
         self.last_dispatched_timestamp = commit_log.last_store_timestamp
         self.disk_guard = DiskSpaceGuard(root, config.disk_space_warning_level_ratio)
@@ -204,6 +205,8 @@ class FileMessageStore(StoreCore):
         except StoreError as e:
             logger.error("closing %s without a final sync: %s", self.root_dir, e)
             clean = False
+        if clean:
+            rebuild.write_manifest(self.queues)
         self.queues.close()
         self.commit_log.close()
         if self.index is not None:

@@ -542,6 +542,8 @@ class IndexService:
         self._last_physical_offset = -1
         self._last_flushed_timestamp_ms = 0
         self._closed = False
+        # What ``load`` found damaged (and deleted); recovery then rebuilds the whole index.
+        self.load_problems: list[str] = []
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -592,12 +594,36 @@ class IndexService:
                 names = sorted(p.name for p in self.index_dir.iterdir() if _FILE_NAME.match(p.name))
             except OSError as exc:
                 raise StoreError(f"cannot read index directory {self.index_dir}: {exc}") from exc
+            self.load_problems = []
+            size = index_file_size(self.max_hash_slot_num, self.max_index_num)
+            sizes = {name: (self.index_dir / name).stat().st_size for name in names}
             for name in names:
+                if sizes[name] != size:
+                    # Derived data: rebuilt from the log either way (a changed setting too).
+                    self._drop_damaged(
+                        name, f"it is {sizes[name]} bytes, not the {size} that "
+                        f"maxHashSlotNum={self.max_hash_slot_num} and maxIndexNum="
+                        f"{self.max_index_num} make: cut short, or written with other settings",
+                    )
+                    continue
                 index_file = self._open_existing(name, clean_exit, checkpoint_index_timestamp_ms)
                 if index_file is not None:
                     self._files.append(index_file)
+            for index_file in list(self._files[:-1]):
+                if index_file.is_empty and index_file.end_timestamp_ms == 0:
+                    # Only a first file starts at time 0, and a first file is never followed
+                    # by an empty one: this one was zeroed.
+                    self._files.remove(index_file)
+                    index_file.delete()
+                    self.load_problems.append(f"index file {index_file.path} is all zeros")
             self._last_physical_offset = self._indexed_end_offset()
             self._last_flushed_timestamp_ms = self.last_update_timestamp_ms
+
+    def _drop_damaged(self, name: str, problem: str) -> None:
+        path = self.index_dir / name
+        log.warning("index file %s is damaged (%s); deleted it", path, problem)
+        path.unlink(missing_ok=True)
+        self.load_problems.append(f"index file {path} was damaged ({problem})")
 
     def _open_existing(
         self, name: str, clean_exit: bool, checkpoint_index_timestamp_ms: int
@@ -611,13 +637,9 @@ class IndexService:
         problem = index_file.header_problem()
         if problem:
             # Derived data: dropping it loses key lookups for old messages, never messages.
-            log.warning(
-                "index file %s has a damaged header (%s); deleted it: queries by key for the "
-                "messages it covered will find nothing",
-                path,
-                problem,
-            )
+            log.warning("index file %s has a damaged header (%s); deleted it", path, problem)
             index_file.delete()
+            self.load_problems.append(f"index file {path} had a damaged header ({problem})")
             return None
         if not clean_exit and index_file.end_timestamp_ms > checkpoint_index_timestamp_ms:
             log.warning(

@@ -45,25 +45,29 @@ class MappedFileQueue:
         self._segments: tuple[tuple[MappedFile, ...], tuple[int, ...]] = ((), ())
         # Where the flush thread got to, as a log offset.
         self.flushed_where = 0
+        # Segments ``load`` extended because their end was lost.
+        self.extended: list[str] = []
 
     # -- loading --------------------------------------------------------------------------------
 
-    def load(self, *, skip_wrong_size: bool = False, extend_short_last: bool = False) -> None:
+    def load(self, *, skip_wrong_size: bool = False, extend_short: bool = False) -> None:
         """Map every segment in the directory, in offset order (write positions stay 0 until
         recovery sets them). Files whose name is not a 20-digit offset are ignored.
 
         Args:
             skip_wrong_size: leave out segments of another size instead of raising (the
                 offline checker reports them itself).
-            extend_short_last: after a crash, a last segment shorter than the segment size
-                (a file system that lost its tail) is extended with zeros, with a WARNING,
-                so that recovery cuts the torn record at its end like any torn tail. Not
-                after a clean close: there a size mismatch means a changed setting.
+            extend_short: a segment shorter than the segment size lost its end (a file
+                system that lost its tail, a copy cut short): extend it with zeros, with a
+                WARNING, and list it in ``extended``, so recovery keeps its records up to the
+                cut and the segments after it. Unless every segment has the same smaller,
+                page-aligned size: that is a store written with another segment size.
 
         Raises:
-            StoreError: a segment other than the last has the wrong size, or a segment
-                cannot be mapped.
+            StoreError: a segment is longer than the segment size, or all have another size
+                (the message says which setting to give), or a segment cannot be mapped.
         """
+        self.extended = []
         if self.directory is None or not os.path.isdir(self.directory):
             return
         listing = os.listdir(self.directory)
@@ -74,15 +78,22 @@ class MappedFileQueue:
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(self.directory, name))
         names = sorted(name for name in listing if parse_file_name(name) is not None)
+        sizes = {name: os.path.getsize(os.path.join(self.directory, name)) for name in names}
+        other_sizes = {size for size in sizes.values() if size != self.file_size}
+        written_with_other_size = (
+            len(other_sizes) == 1 and len(set(sizes.values())) == 1
+            and next(iter(other_sizes)) % 4096 == 0
+        )
         files = []
         for name in names:
             path = os.path.join(self.directory, name)
-            size = os.path.getsize(path)
+            size = sizes[name]
             if size != self.file_size:
                 if skip_wrong_size:
                     continue
-                if extend_short_last and name == names[-1] and size < self.file_size:
+                if extend_short and size < self.file_size and not written_with_other_size:
                     self._extend_short_segment(path, size)
+                    self.extended.append(path)
             mapped = MappedFile.open(path, self.file_size, readonly=self.readonly)
             if self.reserve_chunk is not None:
                 mapped.reserve_chunk = min(self.reserve_chunk, self.file_size)
@@ -93,9 +104,9 @@ class MappedFileQueue:
 
     def _extend_short_segment(self, path: str, size: int) -> None:
         logger.warning(
-            "segment %s is %d bytes, shorter than the segment size %d: its end is lost; "
-            "extending it with zeros so recovery can cut the torn record", path, size,
-            self.file_size,
+            "segment %s is %d bytes, shorter than the segment size %d: its end was lost (the "
+            "file was cut short); extended it with zeros so recovery keeps its records up to "
+            "the cut and every segment after it", path, size, self.file_size,
         )
         try:
             os.truncate(path, self.file_size)

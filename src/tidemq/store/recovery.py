@@ -39,10 +39,12 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from tidemq.store import rebuild
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.consume_queue import FILLER_SIZE, ConsumeQueue
 from tidemq.store.consume_queue_table import ConsumeQueueTable
 from tidemq.store.dispatch import Dispatcher, KeyIndex, batch_from_record
+from tidemq.store.index_file import IndexService
 from tidemq.store.mapped_file import MappedFile
 from tidemq.store.record_check import (
     RecordKind,
@@ -89,6 +91,8 @@ class RecoveryReport:
     redispatched_records: int = 0
     damaged: list[DamagedRange] = field(default_factory=list)
     blanked_queue_entries: int = 0  # entries pointing into damaged ranges, now fillers
+    rebuilt_queues: dict[tuple[str, int], str] = field(default_factory=dict)  # -> why
+    index_rebuilt: str = ""  # why the whole index was rebuilt, or ""
 
 
 def recover(
@@ -101,6 +105,7 @@ def recover(
     checkpoint_min_timestamp: int,
     check_crc: bool,
     delay_level_ms: Sequence[int],
+    checkpoint_index_timestamp: int = 0,
 ) -> RecoveryReport:
     """Run the three steps of the module docstring on freshly loaded parts."""
     report = RecoveryReport(clean_exit=clean_exit)
@@ -109,6 +114,8 @@ def recover(
     end = report.commit_log_end
     commit_log_min = commit_log.min_offset()
     ranges = [(damaged.start, damaged.end) for damaged in report.damaged]
+    manifest = rebuild.read_manifest(queues)
+    reasons = {key: "a segment had the wrong size (cut short)" for key in queues.broken}
     for queue in queues.all():
         queue.recover()
         for start, stop in ranges:
@@ -116,12 +123,42 @@ def recover(
         report.dropped_queue_entries += _drop_torn_tail(queue, commit_log)
         report.dropped_queue_entries += queue.truncate_from_physical(end)
         queue.correct_min_offset(commit_log_min)
+        key = (queue.topic, queue.queue_id)
+        if key in reasons:
+            continue
+        problem = rebuild.zeroed_segment_problem(queue)
+        if problem is None and manifest.get(key, 0) > queue.max_offset:
+            problem = (
+                f"it holds entries up to offset {queue.max_offset} but held "
+                f"{manifest[key]} at the last clean stop (a file was lost, cut or zeroed)"
+            )
+        if problem is not None:
+            reasons[key] = problem
+    for key, max_offset in manifest.items():
+        if queues.get(*key) is None:
+            reasons[key] = f"its files are missing (it held {max_offset} entries)"
+    if reasons:
+        rebuild.rebuild_queues(commit_log, queues, reasons, delay_level_ms)
+        report.rebuilt_queues.update(reasons)
+    if isinstance(index, IndexService):
+        report.index_rebuilt = _index_problem(index, clean_exit, checkpoint_index_timestamp)
+        if report.index_rebuilt:
+            logger.warning("index: %s; rebuilding it from the commit log", report.index_rebuilt)
+            index.destroy()
     # After a crash a queue may lag the others (its last pages never reached the disk):
     # re-dispatch everything the scan covered, as RocketMQ does.
     start_at_most = None if clean_exit else report.scan_start
     report.redispatched_records = redispatch(
         commit_log, queues, index, dispatchers, delay_level_ms, start_at_most
     )
+    gaps = {
+        (queue.topic, queue.queue_id): "re-dispatch found entries missing before the log's "
+        "last records (a file was lost or cut)"
+        for queue in queues.all() if queue.jumped
+    }
+    if gaps:
+        rebuild.rebuild_queues(commit_log, queues, gaps, delay_level_ms)
+        report.rebuilt_queues.update(gaps)
     logger.info(
         "recovered store after a %s exit: commit log ends at %d, %d bytes truncated, "
         "%d damaged ranges skipped (%d queue entries made fillers), %d queue entries "
@@ -147,6 +184,11 @@ def recover_commit_log(
         start = max(0, len(files) - NORMAL_RECOVERY_FILE_COUNT)
     else:
         start = _abnormal_start(files, checkpoint_min_timestamp)
+    extended = set(commit_log.queue.extended)
+    for index, mapped in enumerate(files[:start]):
+        if mapped.path in extended:  # cut short: scan from it, keep what follows
+            start = index
+            break
     file_size = commit_log.file_size
     for mapped in files[:start]:
         mapped.write_position = mapped.flushed_position = file_size
@@ -326,6 +368,19 @@ def _entry_matches(
     return queue_id == queue.queue_id and stored_offset == queue_offset
 
 
+def _index_problem(index: IndexService, clean_exit: bool, checkpoint_index_ms: int) -> str:
+    """Why the index lost entries (files deleted at load, or it ends before the checkpoint's
+    index time after a clean stop), or ""."""
+    if index.load_problems:
+        return "; ".join(index.load_problems)
+    if clean_exit and index.last_update_timestamp_ms < checkpoint_index_ms:
+        return (
+            f"its newest entry is from {index.last_update_timestamp_ms} but the checkpoint "
+            f"says entries up to {checkpoint_index_ms} were flushed (an index file was lost)"
+        )
+    return ""
+
+
 def redispatch(
     commit_log: CommitLog,
     queues: ConsumeQueueTable,
@@ -350,6 +405,12 @@ def redispatch(
     for mapped, position in commit_log.iter_positions(start):
         size = int.from_bytes(mapped.buffer[position : position + 4], "big")
         fields = dispatch_fields(mapped.buffer, position)
+        if not rebuild.topic_is_sane(fields.topic):
+            logger.error(
+                "record at %s:%d names topic %r, not a valid topic name (a damaged header); "
+                "not dispatched", mapped.describe(), position, fields.topic,
+            )
+            continue
         batch = batch_from_record(
             fields, mapped.file_from_offset + position, size, delay_level_ms, with_keys
         )

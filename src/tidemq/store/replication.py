@@ -132,6 +132,8 @@ class CommitLogReplica:
                 f"segment {mapped.describe()} (segments here are {file_size} bytes; the "
                 "master's mappedFileSizeCommitLog must be the same)"
             )
+        if mapped.reserved_position < mapped.file_size:
+            mapped.reserve(mapped.file_size)  # a full disk refuses here, never faults below
         mapped.write(position, data)
         allocator = self.commit_log.allocator
         if allocator is not None:

@@ -48,7 +48,7 @@ from typing import Any
 from tidemq.errors import StoreError, StoreFull
 from tidemq.protocol.message import SYSFLAG_TRANSACTION_MASK
 from tidemq.protocol.msgid import encode_offset_msg_id
-from tidemq.store import queue_reads
+from tidemq.store import queue_reads, rebuild
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.config import SCHEDULE_TOPIC, StoreConfig
 from tidemq.store.consume_queue_table import ConsumeQueueTable
@@ -542,10 +542,15 @@ class StoreCore(MessageStore):
         """Forget the topic's consume queues; its queues restart at offset 0."""
         with self._append_lock:
             self.queues.remove_topic(topic)
+            # The start-up check must not rebuild the deleted queues from the log.
+            manifest = rebuild.read_manifest(self.queues)
+            if any(key[0] == topic for key in manifest):
+                rebuild.drop_manifest(self.queues)
 
     def truncate(self, physical_offset: int) -> None:
         """Cut the commit log at ``physical_offset`` and the queue entries pointing past it."""
         with self._append_lock:
+            rebuild.drop_manifest(self.queues)  # queues shrink now, legitimately
             self.commit_log.truncate(physical_offset)
             for queue in self.queues.all():
                 queue.truncate_from_physical(physical_offset)
