@@ -34,6 +34,7 @@ from tidemq.protocol.message import (
     iter_records,
     unpack_host,
 )
+from tidemq.protocol.pulled_records import decode_pulled_records
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 int32 = st.integers(INT32_MIN, INT32_MAX)
@@ -563,6 +564,8 @@ def test_records_decode_as_the_layout_says_even_when_corrupted(stored, data):
     assert outcome(decode_records, body) == expected
     assert outcome(lambda b: list(iter_records(b)), body) == expected
     assert outcome(decode_records, bytearray(body)) == expected
+    assert outcome(decode_pulled_records, body) == expected
+    assert outcome(decode_pulled_records, memoryview(body)) == expected
     assert outcome(lambda b: list(iter_records(memoryview(b))), body) == expected
     assert outcome(lambda b: decode_record(b, 0), body) == outcome(
         lambda b: model_decode_record(b, 0), body
@@ -601,6 +604,7 @@ def test_records_with_one_size_field_wrong_decode_as_the_layout_says():
             data = first + bytes(record)
             expected = outcome(model_decode_records, data)
             assert outcome(decode_records, data) == expected, (offset, value)
+            assert outcome(decode_pulled_records, data) == expected, (offset, value)
             assert outcome(lambda b: list(iter_records(memoryview(b))), data) == expected
             assert outcome(lambda b: decode_record(b, len(first)), data) == outcome(
                 lambda b: model_decode_record(b, len(first)), data
