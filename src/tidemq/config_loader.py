@@ -465,6 +465,17 @@ def apply_runtime_settings(configs: Sequence[Any], text: str,
             for config in configs:
                 if type(config) is config_key.target:
                     planned.append((config, config_key.field_name, value))
+    before = [(config, field_name, getattr(config, field_name))
+              for config, field_name, _ in planned]
     for config, field_name, value in planned:
         setattr(config, field_name, value)
+    try:  # the class's own checks (ranges, combinations), as at start
+        for config in configs:
+            validate = getattr(config, "__post_init__", None)
+            if validate is not None:
+                validate()
+    except ConfigError:
+        for config, field_name, value in before:
+            setattr(config, field_name, value)
+        raise
     return {key: value.strip() for key, value in settings.items()}

@@ -279,10 +279,9 @@ def test_every_verb_has_a_json_option_and_this_file_runs_it():
         assert any(param.name == "as_json" for param in command.params), name
         if f'"{name}"' not in source:
             untested.append(name)
-    # verbs tested in their own files (live consumers, dead letters, broker-side requests)
+    # verbs tested in their own files (live consumers' status, dead letters, traces)
     elsewhere = {"queryMsgTraceById", "consumerStatus", "getConsumerStatus", "dlqList",
-                 "dlqRedrive", "updateBrokerConfig", "cleanExpiredCQ", "cleanUnusedTopic",
-                 "queryCq"}
+                 "dlqRedrive"}
     assert sorted(set(untested) - elsewhere) == []
 
 
@@ -295,3 +294,51 @@ def test_sync_admin_twin_forwards_the_new_methods(cli: Cli, cluster: TidemqClust
         assert client.broker_config(cluster.broker("broker-a").addr)["brokerName"] == "broker-a"
         assert [m.body for m in client.topic_messages("VerbSync", 0, 2**62)] == [b"twin"]
         assert "VerbSync" in client.topic_configs(cluster.broker("broker-a").addr)
+
+
+def test_broker_side_verbs_change_settings_that_survive_a_restart(tidemq_cluster):
+    """updateBrokerConfig (kept across a restart), queryCq, cleanExpiredCQ, cleanUnusedTopic:
+    on a cluster of their own, since the broker is restarted."""
+    own = tidemq_cluster()
+    cli = Cli(own.namesrv_addr)
+    broker = own.broker("broker-a")
+    create_topic(cli, "VerbCq", queues=1)
+    sent = [cli.json("sendMessage", "-t", "VerbCq", "-p", f"cq-{i}", "-b", "broker-a",
+                     "-i", "0") for i in range(3)]
+
+    entries = cli.json("queryCq", "-t", "VerbCq", "-q", "0", "-i", "0", "-c", "10")
+    assert [e["queueOffset"] for e in entries] == [0, 1, 2]
+    at = cli.json("queryMsgById", "-i", sent[1]["offsetMsgId"])["commitLogOffset"]
+    assert entries[1]["physicOffset"] == at and entries[1]["physicSize"] > 0
+    assert "CommitLog Offset" in cli.ok("queryCq", "-t", "VerbCq", "-q", "0", "-i", "1")
+    cli.fails("queryCq", "-t", "VerbCq", "-q", "5", "-i", "0", expect="no queue 5")
+
+    assert cli.json("updateBrokerConfig", "-b", broker.addr, "-k", "fileReservedTime",
+                    "-v", "100")["updated"] == [broker.addr]
+    assert cli.json("getBrokerConfig", "-b", broker.addr)[broker.addr]["fileReservedTime"] \
+        == "100"
+    cli.fails("updateBrokerConfig", "-b", broker.addr, "-k", "listenPort", "-v", "1",
+              expect="only at start")
+    cli.fails("updateBrokerConfig", "-b", broker.addr, "-k", "fileReservedTim", "-v", "1",
+              expect="did you mean fileReservedTime?")
+    cli.fails("updateBrokerConfig", "-b", broker.addr, "-k", "diskMaxUsedSpaceRatio",
+              "-v", "200", expect="allowed range")
+    # brokerPermission reaches the name servers at once (the broker registers again)
+    cli.ok("updateBrokerConfig", "-c", "DefaultCluster", "-k", "brokerPermission", "-v", "4")
+    wait_until(lambda: cli.json("topicRoute", "-t", "VerbCq")["queueDatas"][0]["perm"] == 4,
+               what="read-only permission in the route")
+    cli.ok("updateBrokerConfig", "-b", broker.addr, "-k", "brokerPermission", "-v", "6")
+
+    broker.restart()
+    wait_until(lambda: broker.addr in cli.ok("clusterList"), what="broker registered again")
+    config = cli.json("getBrokerConfig", "-b", broker.addr)[broker.addr]
+    assert (config["fileReservedTime"], config["brokerPermission"]) == ("100", "6")
+    assert "100" in cli.ok("getBrokerConfig", "-b", broker.addr)
+    assert "changed at run time" in broker.stderr_path.read_text()
+
+    assert cli.json("cleanExpiredCQ", "-c", "DefaultCluster")["cleaned"] == [broker.addr]
+    assert "success" in cli.ok("cleanUnusedTopic", "-b", broker.addr)
+    assert "success" in cli.ok("cleanExpiredCQ", "-b", broker.addr)
+    assert cli.json("cleanUnusedTopic", "-c", "DefaultCluster")["cleaned"] == [broker.addr]
+    # the live topic's queue is untouched by both
+    assert len(cli.json("queryCq", "-t", "VerbCq", "-q", "0", "-i", "0")) == 3

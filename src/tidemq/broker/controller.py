@@ -52,6 +52,7 @@ from tidemq.broker.consumption import ConsumptionServices
 from tidemq.broker.exactly_once.processor import ExactlyOnceProcessor
 from tidemq.broker.exactly_once.service import ExactlyOnceService
 from tidemq.broker.lock_manager import LockBatchProcessor
+from tidemq.broker.maintenance_processor import MaintenanceProcessor
 from tidemq.broker.namesrv_registration import NameServerRegistration
 from tidemq.broker.offset_processor import ConsumerOffsetProcessor
 from tidemq.broker.parts import BrokerParts
@@ -210,6 +211,10 @@ class BrokerController:
             registration=self.registration, client_admin=client_admin,
         )
         self.acl_admin_processor = AclAdminProcessor(self.acl, self._describe_for_acl)
+        self.maintenance_processor = MaintenanceProcessor(
+            config=parts.config, store_config=parts.store_config, store=parts.store,
+            topics=parts.topics, registration=self.registration, config_dir=parts.config_dir,
+        )
         return [
             self.send_processor, self.send_back_processor, self.transaction_service,
             ExactlyOnceProcessor(
@@ -217,6 +222,7 @@ class BrokerController:
             ),
             self.pull_processor, self.client_processor, self.offset_processor,
             self.query_processor, self.lock_processor, self.acl_admin_processor,
+            self.maintenance_processor,
             self.admin_processor,
         ]
 

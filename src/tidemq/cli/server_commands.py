@@ -105,7 +105,7 @@ def broker(ctx: click.Context, config_file: Path | None, namesrv_addr: str | Non
     if namesrv_addr is not None:
         overrides["namesrvAddr"] = namesrv_addr
     broker_config_class, store_config_class = _broker_config_classes()
-    broker_config, store_config = _load_or_exit(
+    broker_config, store_config = _load_broker_or_exit(
         "broker", [broker_config_class, store_config_class], config_file, overrides
     )
     broker_config = _with_acl_file(broker_config, config_file)
@@ -155,7 +155,7 @@ def dev(ctx: click.Context, log_level: str) -> None:
     broker_config_class, store_config_class = _broker_config_classes()
     # The broker's namesrvAddr is filled in once the name server has its port (0 = any).
     given_namesrv_addr = overrides.pop("namesrvAddr", None)
-    broker_config, store_config = _load_or_exit(
+    broker_config, store_config = _load_broker_or_exit(
         "dev", [broker_config_class, store_config_class], None, overrides
     )
 
@@ -282,6 +282,25 @@ def _load_or_exit(command: str, targets: list[type], config_file: Path | None,
         for key, shown in (rename or {}).items():
             message = message.replace(key, shown)
         _fail(command, message, EXIT_CONFIG_ERROR)
+
+
+def _load_broker_or_exit(command: str, targets: list[type], config_file: Path | None,
+                         overrides: dict[str, str]) -> list[Any]:
+    """The broker's settings: the config file, then what ``updateBrokerConfig`` changed at
+    run time (kept under the store), then the command line."""
+    from tidemq.broker.maintenance_processor import load_runtime_settings, runtime_settings_path
+
+    broker_config, store_config = _load_or_exit(command, targets, config_file, overrides)
+    try:
+        kept = load_runtime_settings(store_config.store_path_root_dir)
+    except TidemqError as e:
+        _fail(command, e, EXIT_CONFIG_ERROR)
+    if not kept:
+        return [broker_config, store_config]
+    log.info("applying %d settings changed at run time, from %s: %s", len(kept),
+             runtime_settings_path(store_config.store_path_root_dir),
+             ", ".join(f"{k}={v}" for k, v in sorted(kept.items())))
+    return _load_or_exit(command, targets, config_file, {**kept, **overrides})
 
 
 async def _start_or_exit(command: str, start: Awaitable[None], *,

@@ -312,6 +312,21 @@ class MessageStore(abc.ABC):
         expire); its queues start again at offset 0."""
 
     @abc.abstractmethod
+    def consume_queue_entries(self, topic: str, queue_id: int, queue_offset: int,
+                              count: int) -> list[tuple[int, int, int]]:
+        """Up to ``count`` raw entries (physical offset, size, tag code) of a queue from
+        ``queue_offset``, stopping at the first one not stored (an admin's queryCq)."""
+
+    @abc.abstractmethod
+    def queue_topics(self) -> set[str]:
+        """Every topic that has a consume queue in this store."""
+
+    @abc.abstractmethod
+    def clean_expired_consume_queues(self) -> int:
+        """Delete consume-queue segments that point only below the commit log's first record
+        (what retention does after it deletes segments); return how many were deleted."""
+
+    @abc.abstractmethod
     def run_retention(self, now_ms: int, disk_used_ratio: float | None = None) -> int:
         """Delete expired commit-log segments and what points only into them.
 

@@ -114,7 +114,7 @@ class StoreCore(MessageStore):
         self._listeners: list[DispatchListener] = []
         self._append_lock = threading.Lock()
         self._delay_level_ms = config.delay_level_ms()
-        self._retention = RetentionPolicy.from_config(config)
+        RetentionPolicy.from_config(config)  # checks the retention settings at open
         # Every offset msg id of this store shares its host part: render it once
         # (encode_offset_msg_id parses the host on each call) and append the offset in hex.
         self._msg_id_prefix = encode_offset_msg_id(config.store_host, 0)[:-_MSG_ID_OFFSET_DIGITS]
@@ -555,13 +555,44 @@ class StoreCore(MessageStore):
             for queue in self.queues.all():
                 queue.truncate_from_physical(physical_offset)
 
+    def consume_queue_entries(self, topic: str, queue_id: int, queue_offset: int,
+                              count: int) -> list[tuple[int, int, int]]:
+        """See ``MessageStore.consume_queue_entries``."""
+        queue = self.queues.get(topic, queue_id)
+        entries: list[tuple[int, int, int]] = []
+        if queue is None:
+            return entries
+        for offset in range(max(queue_offset, queue.min_offset), queue_offset + count):
+            entry = queue.entry(offset)
+            if entry is None:
+                break
+            entries.append(entry)
+        return entries
+
+    def queue_topics(self) -> set[str]:
+        """See ``MessageStore.queue_topics``."""
+        return {queue.topic for queue in self.queues.all()}
+
+    def clean_expired_consume_queues(self) -> int:
+        """See ``MessageStore.clean_expired_consume_queues``."""
+        with self._append_lock:
+            commit_log_min = self.commit_log.min_offset()
+            count = 0
+            for queue in self.queues.all():
+                count += queue.delete_files_below(commit_log_min)
+                queue.correct_min_offset(commit_log_min)
+        return count
+
     def run_retention(self, now_ms: int, disk_used_ratio: float | None = None) -> int:
         """See ``MessageStore.run_retention`` and retention.py."""
         if self._closed:
             return 0
         ratio = self._disk_used_ratio() if disk_used_ratio is None else disk_used_ratio
         with self._append_lock:
-            count = self._retention.segments_to_delete(self.commit_log.queue.files, now_ms, ratio)
+            # The policy is read from the settings each run: updateBrokerConfig may change
+            # fileReservedTime, deleteWhen and diskMaxUsedSpaceRatio while the broker runs.
+            policy = RetentionPolicy.from_config(self.config)
+            count = policy.segments_to_delete(self.commit_log.queue.files, now_ms, ratio)
             if count == 0:
                 return 0
             deleted = self.commit_log.queue.delete_first_files(count)
