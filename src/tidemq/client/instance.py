@@ -355,23 +355,30 @@ class ClientInstance:
 
     def heartbeat_body(self) -> bytes:
         """The HeartbeatData JSON of everything registered on this instance."""
+        producers, consumers = self._heartbeat_data()
+        return _heartbeat_json(self.client_id, producers, consumers)
+
+    def _heartbeat_data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         producers: list[dict[str, Any]] = []
         consumers: list[dict[str, Any]] = []
         for source in self.heartbeat_sources:
             produced, consumed = source()
             producers.extend(produced)
             consumers.extend(consumed)
-        return jsonx.dumps(
-            {"clientID": self.client_id, "consumerDataSet": consumers,
-             "producerDataSet": producers}
-        )
+        return producers, consumers
 
     async def send_heartbeat(self) -> None:
-        """Send the heartbeat to every known master; failures are logged, not raised."""
+        """Send the heartbeat to every known master, and to every slave too when this instance
+        has consumers (a slave serves their pulls and names their group's members when the
+        master is gone, as in RocketMQ); failures are logged, not raised."""
         if not self.heartbeat_sources:
             return
-        body = self.heartbeat_body()
-        addresses = self.master_addresses()
+        producers, consumers = self._heartbeat_data()
+        body = _heartbeat_json(self.client_id, producers, consumers)
+        addresses = sorted(
+            address for group in self.broker_addresses.values()
+            for broker_id, address in group.items() if broker_id == MASTER_ID or consumers
+        )
         results = await asyncio.gather(
             *(self.invoke(a, RequestCode.HEART_BEAT, None, body) for a in addresses),
             return_exceptions=True,
@@ -399,3 +406,10 @@ class ClientInstance:
         for result in results:
             if isinstance(result, BaseException):
                 log.debug("unregister of %s failed: %s", self.client_id, result)
+
+
+def _heartbeat_json(client_id: str, producers: list[dict[str, Any]],
+                    consumers: list[dict[str, Any]]) -> bytes:
+    return jsonx.dumps(
+        {"clientID": client_id, "consumerDataSet": consumers, "producerDataSet": producers}
+    )

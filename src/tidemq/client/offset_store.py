@@ -31,6 +31,7 @@ from tidemq.client import broker_api
 from tidemq.client.admin import message_queue_from_key
 from tidemq.client.instance import ClientInstance
 from tidemq.client.message import MessageQueue
+from tidemq.client.read_routing import ReadRouting
 from tidemq.errors import ClientError, RemoteProtocolError
 from tidemq.protocol import jsonx
 from tidemq.remoting.errors import RemotingError
@@ -75,6 +76,10 @@ class OffsetStore(Protocol):
 class RemoteOffsetStore:
     """Offsets of a clustering group, kept by the brokers.
 
+    Offsets are read from and committed to the queue's master; while the master does not
+    answer, to a slave of its group (read_routing.py), which keeps them and hands them back
+    to the master when it returns (the broker's slave_sync.py).
+
     Args:
         instance: the consumer's client instance (routes, connections).
         group: the consumer group.
@@ -83,6 +88,7 @@ class RemoteOffsetStore:
     def __init__(self, instance: ClientInstance, group: str) -> None:
         self._instance = instance
         self._group = group
+        self._routing = ReadRouting(instance)
         self._offsets: dict[MessageQueue, int] = {}
         self._sent: dict[MessageQueue, int] = {}
 
@@ -107,10 +113,10 @@ class RemoteOffsetStore:
         Raises:
             RemotingError, NoRouteError: the broker could not be asked.
         """
-        address = await self._instance.find_master(queue.broker_name, queue.topic)
         try:
-            offset = await broker_api.query_consumer_offset(self._instance, address,
-                                                            self._group, queue)
+            offset = await self._routing.call(
+                queue, lambda _, address: broker_api.query_consumer_offset(
+                    self._instance, address, self._group, queue))
         except RemotingError:
             raise
         except ClientError as e:
@@ -129,9 +135,8 @@ class RemoteOffsetStore:
         offset = self._offsets.get(queue)
         if offset is None or offset < 0 or self._sent.get(queue) == offset:
             return
-        address = await self._instance.find_master(queue.broker_name, queue.topic)
-        await broker_api.update_consumer_offset(self._instance, address, self._group, queue,
-                                                offset)
+        await self._routing.call(queue, lambda _, address: broker_api.update_consumer_offset(
+            self._instance, address, self._group, queue, offset))
         self._sent[queue] = offset
 
     async def persist_all(self, queues: Iterable[MessageQueue]) -> None:

@@ -63,6 +63,7 @@ from tidemq.client.instance import (
 from tidemq.client.lifecycle import ClientLifecycle, cancel_tasks, leave_quietly
 from tidemq.client.message import MessageQueue, PullResult, PullStatus
 from tidemq.client.producer import default_namesrv
+from tidemq.client.read_routing import ReadRouting
 from tidemq.client.rebalance import allocate_averagely
 from tidemq.client.rebalance_trigger import RebalanceTrigger
 from tidemq.client.security import Credentials, TlsOption
@@ -289,6 +290,8 @@ class PullConsumer(ClientLifecycle):
         self._instance.heartbeat_sources.append(self._heartbeat_data)
         self._instance.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
                                          self._on_consumer_ids_changed)
+        # Reads go to the master, or to a slave when it is gone or suggests one.
+        self._read_routing = ReadRouting(self._instance)
         self._mode: str | None = None  # "subscribe" or "assign"
         self._subscriptions: dict[str, Subscription] = {}
         self._states: dict[MessageQueue, _QueueState] = {}
@@ -568,18 +571,16 @@ class PullConsumer(ClientLifecycle):
 
     async def _pull_for(self, state: _QueueState) -> PullResult:
         queue = state.queue
-        address = self._instance.read_address(queue.broker_name)
-        if address is None:
-            await self._instance.fetch_route(queue.topic)
-            address = self._instance.read_address(queue.broker_name)
-            if address is None:
-                raise NoRouteError(f"no address known for broker {queue.broker_name!r}")
-        assert state.fetch_offset is not None
-        return await broker_api.pull_message(
-            self._instance, address, self.group, queue, state.fetch_offset,
-            self.pull_batch_size, state.subscription,
-            suspend_timeout_ms=self.long_polling_suspend_ms, check_crc=self.check_crcs,
-        )
+        offset = state.fetch_offset
+        assert offset is not None
+        result = await self._read_routing.call(
+            queue, lambda _, address: broker_api.pull_message(
+                self._instance, address, self.group, queue, offset, self.pull_batch_size,
+                state.subscription, suspend_timeout_ms=self.long_polling_suspend_ms,
+                check_crc=self.check_crcs,
+            ))
+        self._read_routing.suggest(queue, result.suggest_which_broker_id)
+        return result
 
     def _take_result(self, state: _QueueState, epoch: int, result: PullResult) -> None:
         status = result.status
@@ -604,11 +605,10 @@ class PullConsumer(ClientLifecycle):
         self._data_ready.set()
 
     async def _starting_offset(self, queue: MessageQueue) -> int:
-        address = await self._instance.find_master(queue.broker_name, queue.topic)
+        routing = self._read_routing
         try:
-            committed = await broker_api.query_consumer_offset(
-                self._instance, address, self.group, queue
-            )
+            committed = await routing.call(queue, lambda _, address: (
+                broker_api.query_consumer_offset(self._instance, address, self.group, queue)))
         except RemotingError:
             raise
         except ClientError as e:  # RocketMQ treats any broker error as "no offset"
@@ -616,12 +616,17 @@ class PullConsumer(ClientLifecycle):
             committed = None
         if committed is not None and committed >= 0:
             return committed
-        if self.consume_from is ConsumeFrom.FIRST:
-            return await broker_api.min_offset(self._instance, address, queue)
-        if self.consume_from is ConsumeFrom.LAST:
-            return await broker_api.max_offset(self._instance, address, queue)
-        return await broker_api.search_offset(self._instance, address, queue,
-                                              self.consume_timestamp_ms)
+        instance = self._instance
+
+        async def ask(_: int, address: str) -> int:
+            if self.consume_from is ConsumeFrom.FIRST:
+                return await broker_api.min_offset(instance, address, queue)
+            if self.consume_from is ConsumeFrom.LAST:
+                return await broker_api.max_offset(instance, address, queue)
+            return await broker_api.search_offset(instance, address, queue,
+                                                  self.consume_timestamp_ms)
+
+        return await routing.call(queue, ask)
 
     # -- low-level pull --------------------------------------------------------------------
 
@@ -658,21 +663,15 @@ class PullConsumer(ClientLifecycle):
             InvalidSubscription: a bad expression or expression type.
         """
         self._check_running()
-        address = self._instance.read_address(queue.broker_name)
-        if address is None:
-            await self._instance.fetch_route(queue.topic)
-            address = self._instance.read_address(queue.broker_name)
-            if address is None:
-                raise NoRouteError(
-                    f"no address known for broker {queue.broker_name!r} of topic "
-                    f"{queue.topic!r}; is it registered with the name server?"
-                )
         subscription = parse_subscription(queue.topic, expression, expression_type)
-        return await broker_api.pull_message(
-            self._instance, address, self.group, queue, offset, max_nums, subscription,
-            suspend_timeout_ms=suspend_timeout_ms, timeout_ms=timeout_ms,
-            check_crc=self.check_crcs,
-        )
+        result = await self._read_routing.call(
+            queue, lambda _, address: broker_api.pull_message(
+                self._instance, address, self.group, queue, offset, max_nums, subscription,
+                suspend_timeout_ms=suspend_timeout_ms, timeout_ms=timeout_ms,
+                check_crc=self.check_crcs,
+            ))
+        self._read_routing.suggest(queue, result.suggest_which_broker_id)
+        return result
 
     # -- positions and commits -------------------------------------------------------------
 
@@ -726,9 +725,10 @@ class PullConsumer(ClientLifecycle):
             return
 
         async def send_one(queue: MessageQueue, offset: int) -> None:
-            address = await self._instance.find_master(queue.broker_name, queue.topic)
-            await broker_api.update_consumer_offset(self._instance, address, self.group,
-                                                    queue, offset)
+            # The master, else a slave of its group (it hands them back; read_routing.py).
+            await self._read_routing.call(queue, lambda _, address: (
+                broker_api.update_consumer_offset(self._instance, address, self.group, queue,
+                                                  offset)))
             commits.sent[queue] = offset
 
         results = await asyncio.gather(*(send_one(q, o) for q, o in todo.items()),

@@ -72,7 +72,7 @@ from tidemq.client.consume_service import (
     PushStats,
 )
 from tidemq.client.consumer_admin import register_consumer_admin
-from tidemq.client.errors import ClientStateError, InvalidSubscription, NoRouteError
+from tidemq.client.errors import ClientStateError, InvalidSubscription
 from tidemq.client.instance import (
     HEARTBEAT_BROKER_INTERVAL_MS,
     POLL_NAME_SERVER_INTERVAL_MS,
@@ -97,6 +97,7 @@ from tidemq.client.pull_consumer import (
     check_subscriptions_at_brokers,
 )
 from tidemq.client.push_rebalance import PushRebalance
+from tidemq.client.read_routing import MASTER_ID, ReadRouting
 from tidemq.client.rebalance import AllocationStrategy, allocation_strategy
 from tidemq.client.rebalance_trigger import RebalanceTrigger
 from tidemq.client.security import Credentials, TlsOption
@@ -298,6 +299,8 @@ class PushConsumer(ClientLifecycle):
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self._stats = PushStats()
+        # Pulls go to the master, or to a slave when it is gone or suggests one.
+        self._read_routing = ReadRouting(self.instance)
         self.offset_store: OffsetStore = (
             RemoteOffsetStore(self.instance, group) if self.clustering
             else LocalFileOffsetStore(self._offset_file)
@@ -753,24 +756,25 @@ class PushConsumer(ClientLifecycle):
 
     async def _pull(self, queue: MessageQueue, offset: int) -> PullResult:
         instance = self.instance
-        address = instance.master_address(queue.broker_name)
-        if address is None:
-            await instance.fetch_route(queue.topic)
-            address = instance.read_address(queue.broker_name)
-            if address is None:
-                raise NoRouteError(f"no address known for broker {queue.broker_name!r} of "
-                                   f"{queue}; is it registered with the name server?")
         subscription = (self._retry_subscription if self.is_retry_topic(queue.topic)
                         else self._subscriptions.get(queue.topic))
         if subscription is None:  # unsubscribed; the next rebalance releases the queue
             subscription = parse_tag_expression(queue.topic, "*")
-        return await broker_api.pull_message(
-            instance, address, self.group, queue, offset, self.pull_batch_size, subscription,
-            suspend_timeout_ms=self.long_polling_suspend_ms,
-            timeout_ms=self.long_polling_suspend_ms + PULL_RESPONSE_GRACE_MS,
-            commit_offset=self.offset_store.read(queue) if self.clustering else None,
-            lite=False, check_crc=self.check_crcs,
-        )
+
+        async def pull_from(broker_id: int, address: str) -> PullResult:
+            # A slave stores no offset from a pull (RocketMQ's client clears the flag too).
+            commit = (self.offset_store.read(queue)
+                      if self.clustering and broker_id == MASTER_ID else None)
+            return await broker_api.pull_message(
+                instance, address, self.group, queue, offset, self.pull_batch_size,
+                subscription, suspend_timeout_ms=self.long_polling_suspend_ms,
+                timeout_ms=self.long_polling_suspend_ms + PULL_RESPONSE_GRACE_MS,
+                commit_offset=commit, lite=False, check_crc=self.check_crcs,
+            )
+
+        result = await self._read_routing.call(queue, pull_from)
+        self._read_routing.suggest(queue, result.suggest_which_broker_id)
+        return result
 
     def _accept(self, process_queue: ProcessQueue, result: PullResult,
                 service: ConcurrentConsumeService | OrderlyConsumeService) -> int | None:
@@ -817,13 +821,17 @@ class PushConsumer(ClientLifecycle):
         retry = self.is_retry_topic(queue.topic)
         if self.consume_from is ConsumeFrom.LAST and retry:
             return 0
-        address = await self.instance.find_master(queue.broker_name, queue.topic)
-        if self.consume_from is ConsumeFrom.FIRST:
-            return await broker_api.min_offset(self.instance, address, queue)
-        if self.consume_from is ConsumeFrom.LAST or retry:
-            return await broker_api.max_offset(self.instance, address, queue)
-        return await broker_api.search_offset(self.instance, address, queue,
-                                              self.consume_timestamp_ms)
+        instance = self.instance
+
+        async def ask(_: int, address: str) -> int:
+            if self.consume_from is ConsumeFrom.FIRST:
+                return await broker_api.min_offset(instance, address, queue)
+            if self.consume_from is ConsumeFrom.LAST or retry:
+                return await broker_api.max_offset(instance, address, queue)
+            return await broker_api.search_offset(instance, address, queue,
+                                                  self.consume_timestamp_ms)
+
+        return await self._read_routing.call(queue, ask)
 
 
 def _show_original_topics(messages: list[MessageExt]) -> None:

@@ -48,6 +48,7 @@ from tidemq.client import broker_api
 from tidemq.client.errors import NoRouteError
 from tidemq.client.message import MessageQueue
 from tidemq.client.process_queue import ProcessQueue
+from tidemq.client.read_routing import route_read_addresses
 from tidemq.client.subscription import SUBSCRIBE_ALL
 from tidemq.errors import TidemqError
 from tidemq.remoting.errors import RemotingError
@@ -172,7 +173,9 @@ class PushRebalance:
         queues = route.subscribe_queues(topic)
         if not consumer.clustering or not queues:
             return queues
-        members = await self._members(sorted(route.master_addresses().values()))
+        # Any broker of a group can name its members (consumers heartbeat to slaves too), so
+        # a group whose master is down still rebalances.
+        members = await self._members(route_read_addresses(route))
         self._shared = self._shared or len(members) > 1
         if consumer.client_id not in members:
             log.info("consumer %s: the brokers do not list %s among the group's members yet "
@@ -193,8 +196,8 @@ class PushRebalance:
                 continue
             self._members_address = address
             return members
-        raise NoRouteError(f"no master answered for the members of group {consumer.group!r} "
-                           f"({'; '.join(errors) or 'no master known'})")
+        raise NoRouteError(f"no broker answered for the members of group {consumer.group!r} "
+                           f"({'; '.join(errors) or 'no broker known'})")
 
     def release(self, process_queue: ProcessQueue) -> None:
         """Give a queue up: stop it now, commit its offset (and unlock it) in the background."""
