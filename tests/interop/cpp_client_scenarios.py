@@ -48,6 +48,8 @@ LOG_LEVEL_DEBUG = 5  # the C++ client's debug level logs every request and respo
 SETTLE_S = 1.0
 
 CONSUME_SUCCESS, RECONSUME_LATER = 0, 1  # the C API's consume statuses
+# The C++ client signs an extra "OnsChannel" extField with this value (RocketMQ ignores it).
+ACL_CHANNEL = "LOCAL"
 callbacks_alive: list[Any] = []  # ctypes callbacks must outlive their registration
 
 _REQUEST_CODE = re.compile(r"processResponseCommand, code:(\d+)")
@@ -73,6 +75,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--fail-below-reconsume", type=int, default=0,
                         help="answer RECONSUME_LATER while a message's reconsume times are lower")
     parser.add_argument("--timeout-s", type=float, default=60.0)
+    parser.add_argument("--access-key", help="sign requests (ACL) with these credentials")
+    parser.add_argument("--secret-key")
     args = parser.parse_args(argv)
 
     result: dict[str, Any] = {"scenario": args.scenario}
@@ -105,6 +109,8 @@ def new_producer(args: argparse.Namespace, group: str) -> Producer:
     producer = Producer(group)
     dll.SetProducerLogLevel(producer._handle, LOG_LEVEL_DEBUG)
     producer.set_namesrv_addr(args.namesrv)
+    if args.access_key:
+        producer.set_session_credentials(args.access_key, args.secret_key, ACL_CHANNEL)
     return producer
 
 
@@ -168,6 +174,8 @@ def consume(args: argparse.Namespace, result: dict[str, Any]) -> tuple[PushConsu
     consumer = PushConsumer(args.group, orderly=args.orderly, message_model=model)
     dll.SetPushConsumerLogLevel(consumer._handle, LOG_LEVEL_DEBUG)
     consumer.set_namesrv_addr(args.namesrv)
+    if args.access_key:
+        consumer.set_session_credentials(args.access_key, args.secret_key, ACL_CHANNEL)
     received: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     lock = threading.Lock()

@@ -14,12 +14,12 @@ ROUTE_POLL_S = 0.05
 PULL_ROUNDS_MAX = 200  # bounds read-back loops: far more than the messages of any test here
 
 
-def create_topic(cluster, topic: str, queue_nums: int = 4) -> None:
+def create_topic(cluster, topic: str, queue_nums: int = 4, credentials=None) -> None:
     """Create ``topic`` on the cluster's brokers; wait (bounded) until every name server of
     ``cluster`` (a tests/server_processes.py TidemqCluster) routes it."""
 
     async def create() -> None:
-        async with Admin(namesrv=cluster.namesrv_addr) as admin:
+        async with Admin(namesrv=cluster.namesrv_addr, credentials=credentials) as admin:
             await admin.create_topic(topic, queue_nums)
         for namesrv in cluster.namesrvs:
             async with Admin(namesrv=namesrv.addr) as admin:
@@ -37,23 +37,25 @@ def create_topic(cluster, topic: str, queue_nums: int = 4) -> None:
     asyncio.run(create())
 
 
-def produce(namesrv: str, messages: Sequence[Message]) -> None:
+def produce(namesrv: str, messages: Sequence[Message], credentials=None) -> None:
     """Send ``messages`` one by one, in order, with tidemq's Producer."""
 
     async def send_all() -> None:
-        async with Producer("py_interop_producer", namesrv=namesrv) as producer:
+        async with Producer("py_interop_producer", namesrv=namesrv,
+                            credentials=credentials) as producer:
             for message in messages:
                 await producer.send(message)
 
     asyncio.run(send_all())
 
 
-def read_back(namesrv: str, topic: str) -> list[MessageExt]:
+def read_back(namesrv: str, topic: str, credentials=None) -> list[MessageExt]:
     """Every message stored in ``topic``, pulled queue by queue from offset 0."""
 
     async def pull_all() -> list[MessageExt]:
         stored: list[MessageExt] = []
-        async with PullConsumer("py_interop_reader", namesrv=namesrv) as consumer:
+        async with PullConsumer("py_interop_reader", namesrv=namesrv,
+                                credentials=credentials) as consumer:
             for queue in await consumer.queues(topic):
                 offset = 0
                 for _ in range(PULL_ROUNDS_MAX):

@@ -77,11 +77,17 @@ function deliveries() {
 
 // ali-ons asks for an HTTP client to look name servers up; with nameSrv given it is never used.
 const noHttp = { request: async () => { throw new Error('no HTTP name-server lookup here'); } };
+// --access-key / --secret-key: sign every request (RocketMQ ACL), as each client offers it.
+const onsCredentials = options.accessKey
+  ? { accessKey: options.accessKey, secretKey: options.secretKey } : {};
+function cpp2Credentials(client) {
+  if (options.accessKey) client.setSessionCredentials(options.accessKey, options.secretKey, 'LOCAL');
+}
 
 async function onsProduce() {
   const { Producer, Message } = require('ali-ons');
   const producer = new Producer({ producerGroup: options.group || 'ons_producer',
-    nameSrv: options.namesrv, httpclient: noHttp });
+    nameSrv: options.namesrv, httpclient: noHttp, ...onsCredentials });
   await producer.ready();
   for (let i = 0; i < options.count; i++) {
     const message = new Message(options.topic, i % 2 === 0 ? 'TagA' : 'TagB',
@@ -114,7 +120,8 @@ async function onsHalf() {
 async function onsConsume() {
   const { Consumer } = require('ali-ons');
   const consumer = new Consumer({ consumerGroup: options.group, nameSrv: options.namesrv,
-    httpclient: noHttp, consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET', maxReconsumeTimes: 3 });
+    httpclient: noHttp, consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET', maxReconsumeTimes: 3,
+    ...onsCredentials });
   consumer.on('error', () => {}); // transient route errors before the retry topic exists
   const delivery = deliveries();
   consumer.subscribe(options.topic, options.expression, async msg => {
@@ -141,6 +148,7 @@ async function cpp2Produce() {
   const { Producer } = require('rocketmq-nodejs');
   const producer = new Producer(options.group || 'cpp2_producer',
     { nameServer: options.namesrv, logDir: cppLogDir() });
+  cpp2Credentials(producer);
   await producer.start();
   for (let i = 0; i < options.count; i++) {
     const sent = await producer.send(options.topic, `msg-${i}`,
@@ -154,6 +162,7 @@ async function cpp2Consume() {
   const { PushConsumer } = require('rocketmq-nodejs');
   const consumer = new PushConsumer(options.group,
     { nameServer: options.namesrv, logDir: cppLogDir(), maxReconsumeTimes: 3 });
+  cpp2Credentials(consumer);
   consumer.subscribe(options.topic, options.expression);
   const delivery = deliveries();
   consumer.on('message', (msg, ack) => {
