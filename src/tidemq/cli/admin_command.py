@@ -14,6 +14,7 @@ a new module is added to the import list below.
 from __future__ import annotations
 
 from tidemq.cli.admin import (  # noqa: F401  (each import registers that module's verbs)
+    acl,
     clients,
     clusters,
     dead_letters,

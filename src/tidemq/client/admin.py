@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidemq.client import admin_consumers, broker_api
+from tidemq.client import admin_acl, admin_consumers, broker_api
 from tidemq.client.admin_groups import GroupAdmin
 from tidemq.client.admin_messages import TOOLS_CONSUMER_GROUP, MessageAdmin
 from tidemq.client.admin_servers import ServerAdmin, suggestion
@@ -472,6 +472,54 @@ class Admin(ClientLifecycle, ServerAdmin, GroupAdmin, MessageAdmin):
             masters.append(await self._instance.find_master(broker_name, topic))
         return await admin_consumers.consumer_status(self._instance, masters, group, topic,
                                                      client_id)
+
+    # -- ACL (tidemq.client.admin_acl; needs an admin account where ACL is on) ---------------
+
+    async def update_acl_config(self, access_key: str, *, broker_addr: str | None = None,
+                                cluster: str | None = None, **account: Any) -> list[str]:
+        """Create the ACL account ``access_key`` or change the fields given for it, on one
+        broker or every master of ``cluster`` (``account``: secret_key, white_remote_address,
+        admin, default_topic_perm, default_group_perm, topic_perms, group_perms, as
+        ``admin_acl.account_fields`` takes them). Returns the brokers changed."""
+        self._check_running()
+        fields = admin_acl.account_fields(access_key, **account)
+        return await admin_acl.change_each(
+            self._instance, await self._masters(cluster, broker_addr),
+            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, fields,
+            f"create or update ACL account {access_key!r}")
+
+    async def delete_acl_config(self, access_key: str, *, broker_addr: str | None = None,
+                                cluster: str | None = None) -> list[str]:
+        """Delete the ACL account ``access_key``; returns the brokers changed."""
+        self._check_running()
+        return await admin_acl.change_each(
+            self._instance, await self._masters(cluster, broker_addr),
+            RequestCode.DELETE_ACL_CONFIG, {"accessKey": access_key},
+            f"delete ACL account {access_key!r}")
+
+    async def update_global_white_addrs(self, patterns: Sequence[str], *,
+                                        broker_addr: str | None = None,
+                                        cluster: str | None = None) -> list[str]:
+        """Replace the brokers' globalWhiteRemoteAddresses; returns the brokers changed."""
+        self._check_running()
+        return await admin_acl.change_each(
+            self._instance, await self._masters(cluster, broker_addr),
+            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+            {"globalWhiteAddrs": ",".join(patterns)}, "update the ACL global white list")
+
+    async def acl_config_versions(self, *, broker_addr: str | None = None,
+                                  cluster: str | None = None) -> list[admin_acl.AclVersion]:
+        """Each broker's ACL file version (mqadmin clusterAclConfigVersion)."""
+        self._check_running()
+        return await admin_acl.acl_versions(self._instance,
+                                            await self._masters(cluster, broker_addr))
+
+    async def acl_config(self, broker_addr: str | None = None, *,
+                         cluster: str | None = None) -> dict[str, admin_acl.AclConfig]:
+        """Each broker's ACL rules, secret keys included (mqadmin getAclConfig), by address."""
+        self._check_running()
+        return {address: await admin_acl.acl_config(self._instance, address)
+                for address in await self._masters(cluster, broker_addr)}
 
     async def update_subscription_group(
         self,

@@ -11,6 +11,7 @@ import click
 
 from tidemq.cli.admin.base import (
     admin,
+    admin_security,
     json_option,
     namesrv_option,
     parse_time,
@@ -28,7 +29,9 @@ _PROBE_SIZE_DEFAULT = 128  # bytes; mqadmin's default message size for send prob
 
 
 def _producer(client: Admin) -> Producer:
-    return Producer(TOOLS_PRODUCER_GROUP, client.namesrv_addresses)
+    security = admin_security()  # the same keys and TLS as the admin client
+    return Producer(TOOLS_PRODUCER_GROUP, client.namesrv_addresses,
+                    credentials=security.credentials, tls=security.tls)
 
 
 @admin.command("sendMessage")
