@@ -22,6 +22,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from tidemq.errors import StoreError
 from tidemq.store.config_file import ConfigFile
 from tidemq.store.config_tables import (
     DataVersion,
@@ -81,7 +82,12 @@ class SubscriptionGroupManager:
         created = SubscriptionGroupConfig(group)
         self._table.put(created)
         log.info("created subscription group %s with the default settings", group)
-        self.persist()
+        try:
+            self.persist()
+        except StoreError as e:
+            # The request that needed the group (a pull, say) must not fail for it: the
+            # group is in memory and is saved with the next change or at shutdown.
+            log.warning("subscription group %s is not saved yet: %s", group, e)
         return created
 
     def update_subscription_group_config(self, config: SubscriptionGroupConfig) -> None:
