@@ -96,6 +96,9 @@ class CommitLogReplica:
         # it with its master's record at the same offset before streaming.
         self.last_record_offset = -1
         self.last_store_timestamp = commit_log.last_store_timestamp
+        # Store time of the first record the latest ``dispatch`` made readable (0: none); the
+        # slave's replication lag is "now" minus it.
+        self.dispatch_oldest_timestamp = 0
 
     # -- appends --------------------------------------------------------------------------------
 
@@ -174,6 +177,7 @@ class CommitLogReplica:
         """
         pending: list[DispatchBatch] = []
         touched: dict[tuple[str, int], None] = {}
+        self.dispatch_oldest_timestamp = 0
         try:
             self._walk(pending)
         finally:
@@ -223,6 +227,8 @@ class CommitLogReplica:
             fields = dispatch_fields(buffer, position)
             batch = batch_from_record(fields, offset, total, self._delay_level_ms, with_keys)
             _add(pending, batch)
+            if not self.dispatch_oldest_timestamp:
+                self.dispatch_oldest_timestamp = fields.store_timestamp
             self.last_record_offset = offset
             self.last_store_timestamp = fields.store_timestamp
             offset += total

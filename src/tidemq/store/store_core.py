@@ -510,6 +510,11 @@ class StoreCore(MessageStore):
         """The end of the last whole replicated (or recovered) record."""
         return self._replica_of_store().confirmed_offset
 
+    def replicated_oldest_timestamp(self) -> int:
+        """Store time of the first record the latest ``dispatch_replicated`` made readable
+        (0: it made none); a slave's replication lag is "now" minus it."""
+        return self._replica_of_store().dispatch_oldest_timestamp
+
     def last_record_offset(self) -> int:
         """The start of the last whole record of the log (-1 when it holds none).
 

@@ -45,6 +45,8 @@ class ReplicaStore(Protocol):
 
     def dispatch_replicated(self) -> int: ...
 
+    def replicated_oldest_timestamp(self) -> int: ...
+
 
 class MasterUnreachable(Exception):
     """The master did not answer a check request (retry later)."""

@@ -189,5 +189,8 @@ class Replication:
             table["haLastReadTimestamp"] = str(client.last_read_ms)
             table["haLastWriteTimestamp"] = str(client.last_write_ms)
             table["haRefused"] = client.refused or client.stopped_reason or ""
+            p50, p99, worst = client.lag_percentiles_ms()
+            table["haReplicationLagMs"] = f"p50 {p50} p99 {p99} max {worst}"
+            table["haReplicationLagSamples"] = str(len(client.lag_samples_ms))
         return table
 

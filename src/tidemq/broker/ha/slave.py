@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 
 from tidemq.broker.ha.master import HASettings
@@ -41,6 +42,9 @@ log = logging.getLogger("tidemq.broker.ha")
 # shorter wait gets a restarted master's slave streaming sooner and costs one connect).
 RETRY_S = 1.0
 _READ_SIZE = 1024 * 1024
+# Replication-lag samples kept for brokerStatus (one per dispatch that made records readable):
+# the last minute or so at a steady stream.
+LAG_SAMPLES_MAX = 10_000
 
 
 @dataclass(slots=True)
@@ -91,6 +95,9 @@ class HAClient:
         self.last_write_ms = 0
         self.reported_offset = -1
         self._last_report_monotonic_ms = 0.0
+        # ms from a record's store time on the master to its dispatch here, the oldest record
+        # of each dispatch (an upper bound for the others it carried).
+        self.lag_samples_ms: deque[int] = deque(maxlen=LAG_SAMPLES_MAX)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -106,6 +113,14 @@ class HAClient:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+    def lag_percentiles_ms(self) -> tuple[int, int, int]:
+        """(p50, p99, max) of the recent replication-lag samples (zeros without any)."""
+        samples = sorted(self.lag_samples_ms)
+        if not samples:
+            return (0, 0, 0)
+        return (samples[len(samples) // 2], samples[min(len(samples) - 1,
+                                                        len(samples) * 99 // 100)], samples[-1])
 
     def update_master(self, ha_address: str | None, master_address: str | None) -> None:
         """The name server's REGISTER_BROKER answer named the master (haServerAddr,
@@ -236,6 +251,9 @@ class HAClient:
                 wrote = True
             if wrote:
                 store.dispatch_replicated()
+                oldest = store.replicated_oldest_timestamp()
+                if oldest:
+                    self.lag_samples_ms.append(max(0, int(time.time() * 1000) - oldest))
                 self._report(writer)
             elif (now * 1000 - self._last_report_monotonic_ms
                   >= settings.heartbeat_interval_s * 1000):
