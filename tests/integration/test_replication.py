@@ -185,25 +185,29 @@ def test_a_slave_of_another_broker_name_or_cluster_refuses(tidemq_cluster):
         assert runtime(stray.addr)["haRefused"]
 
 
-def test_a_slave_whose_log_differs_refuses_naming_both_offsets(tidemq_cluster):
+def test_a_slave_whose_log_differs_or_is_ahead_refuses_naming_both_offsets(tidemq_cluster):
     cluster, master, _ = start_group(tidemq_cluster, with_slave=False)
-    namesrv = cluster.namesrv_addr
-    run(mixed_sends(namesrv, rounds=1))
-    # A broker that was a master of its own first: its log holds other bytes.
-    former = tidemq_cluster(namesrv_count=0, brokers=("former",), broker_overrides={
-        "former": {"brokerName": BROKER_NAME}}).broker("former")
-    run(mixed_sends_to(former))
-    former_end = max_offset(former)
-    assert former.stop() == 0
+    run(mixed_sends(cluster.namesrv_addr, rounds=1))
+    master_end = max_offset(master)
     ha_address = f"127.0.0.1:{int(master.addr.rpartition(':')[2]) + 1}"
-    former.make_args = _with(former.make_args, {"brokerId": "1", "brokerRole": "SLAVE",
-                                                "haMasterAddress": ha_address})
-    former.start()
-    wait_until(lambda: "refuses to copy" in former.log_tail(200), 60, 0.2, "refusal")
-    text = former.log_tail(200)
-    assert str(former_end) in text, text
-    assert max_offset(former) == former_end  # nothing truncated, nothing appended
-    assert "truncat" not in text.replace("truncates nothing", "")
+    # Brokers that were masters of their own first: their logs hold other bytes, one
+    # shorter than the master's, one longer.
+    for name, count, words in (("former-short", 20, "logs differ"),
+                               ("former-long", 400, "ahead of the master's")):
+        former = tidemq_cluster(namesrv_count=0, brokers=(name,), broker_overrides={
+            name: {"brokerName": BROKER_NAME}}).broker(name)
+        run(mixed_sends_to(former, count))
+        former_end = max_offset(former)
+        assert (former_end < master_end) == (count == 20)
+        assert former.stop() == 0
+        former.make_args = _with(former.make_args, {"brokerId": "1", "brokerRole": "SLAVE",
+                                                    "haMasterAddress": ha_address})
+        former.start()
+        wait_until(lambda f=former: "refuses to copy" in f.log_tail(200), 60, 0.2, "refusal")
+        text = former.log_tail(200)
+        assert words in text and str(former_end) in text and str(master_end) in text, text
+        assert max_offset(former) == former_end  # nothing truncated, nothing appended
+        assert "truncated" not in text.split("refuses to copy")[1]
 
 
 def _with(make_args, extra: dict[str, str]):
@@ -217,13 +221,13 @@ def _with(make_args, extra: dict[str, str]):
     return make
 
 
-async def mixed_sends_to(server) -> None:
+async def mixed_sends_to(server, count: int) -> None:
     """Sends straight to a broker that registers with no name server."""
-    for i in range(20):
+    for i in range(count):
         request = RemotingCommand.request(RequestCode.SEND_MESSAGE, {
             "producerGroup": "g", "topic": "Former", "defaultTopic": "TBW102",
             "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "0",
             "bornTimestamp": "0", "flag": "0", "properties": "", "reconsumeTimes": "0",
-            "unitMode": "false", "batch": "false"}, f"former-{i}".encode())
+            "unitMode": "false", "batch": "false"}, f"former-{i}".encode() * 20)
         response = await asyncio.to_thread(remoting_call, server.addr, request)
         assert response.code == ResponseCode.SUCCESS, response.remark

@@ -40,20 +40,51 @@ from __future__ import annotations
 
 import logging
 import struct
+import zlib
 from collections.abc import Callable, Sequence
 
 from tidemq.errors import StoreError
-from tidemq.protocol.message import BLANK_MAGIC, MAGIC_V1
+from tidemq.protocol.message import (
+    BLANK_MAGIC,
+    MAGIC_V1,
+    PROPERTY_DELAY_TIME_LEVEL,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+    SYSFLAG_TRANSACTION_MASK,
+    TRANSACTION_ROLLBACK_TYPE,
+    decode_properties,
+    record_size,
+    store_timestamp_position,
+)
 from tidemq.store.commit_log import CommitLog
+from tidemq.store.config import SCHEDULE_TOPIC
 from tidemq.store.consume_queue_table import ConsumeQueueTable
-from tidemq.store.dispatch import DispatchBatch, Dispatcher, KeyIndex, batch_from_record
+from tidemq.store.dispatch import DispatchBatch, Dispatcher, KeyIndex
 from tidemq.store.mapped_file import MappedFile
-from tidemq.store.record_check import RecordKind, dispatch_fields, inspect_record
+from tidemq.store.record_check import inspect_record
+from tidemq.store.record_encoder import (
+    QUEUED_TRANSACTION_TYPES,
+    delivery_tag_code,
+    index_keys,
+    tag_code_of,
+)
 
 logger = logging.getLogger(__name__)
 
 _SIZE_MAGIC = struct.Struct(">ii")
+# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG: a record's head.
+_HEAD = struct.Struct(">iiiiiqqi")
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
 _BLANK_MARKER_SIZE = 8
+_MIN_RECORD_SIZE = record_size(0, 0, 0)
+_HOSTS_V6 = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+# Bytes before the body (BODYLENGTH ends them), by the hosts' address families.
+_PREFIX_SIZES = {bits: record_size(0, 0, 0, bits) - 3
+                 for bits in (0, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, _HOSTS_V6)}
+_STORE_TIMESTAMP_POSITIONS = {bits: store_timestamp_position(bits)
+                              for bits in (0, SYSFLAG_BORNHOST_V6)}
 
 
 class ReplicaMismatch(StoreError):
@@ -96,6 +127,7 @@ class CommitLogReplica:
         # it with its master's record at the same offset before streaming.
         self.last_record_offset = -1
         self.last_store_timestamp = commit_log.last_store_timestamp
+        self._topic_names: dict[bytes, str] = {}
         # Store time of the first record the latest ``dispatch`` made readable (0: none); the
         # slave's replication lag is "now" minus it.
         self.dispatch_oldest_timestamp = 0
@@ -175,93 +207,164 @@ class CommitLogReplica:
             ReplicaCorrupt: the bytes at ``confirmed_offset`` or later are no record;
                 everything before them is dispatched.
         """
-        pending: list[DispatchBatch] = []
-        touched: dict[tuple[str, int], None] = {}
+        runs: list[_Run] = []
         self.dispatch_oldest_timestamp = 0
         try:
-            self._walk(pending)
+            self._walk(runs)
         finally:
-            for batch in pending:
-                self._dispatch_batch(batch)
-                if batch.queued:
-                    touched[(batch.topic, batch.queue_id)] = None
+            for run in runs:
+                self._dispatch_run(run)
         notes = []
-        for topic, queue_id in touched:
+        for topic, queue_id in {(run.topic, run.queue_id) for run in runs if run.queued}:
             queue = self.queues.get(topic, queue_id)
             if queue is not None:
                 notes.append((topic, queue_id, queue.max_offset))
         return notes
 
-    def _walk(self, pending: list[DispatchBatch]) -> None:
+    def _walk(self, runs: list[_Run]) -> None:
+        # The hot loop of a catch-up: one struct unpack for the head, one CRC, the topic
+        # from a cache, the properties parsed once. Anything else (a blank marker, a record
+        # cut by the end of what arrived, a bad record) leaves the inner loop and is sorted
+        # out below; inspect_record names what is wrong with a bad one.
         offset = self.confirmed_offset
         queue = self.commit_log.queue
         with_keys = self.index is not None
+        delay_level_ms = self._delay_level_ms
+        topics = self._topic_names
+        unpack_head = _HEAD.unpack_from
+        unpack_int32 = _INT32.unpack_from
+        unpack_int16 = _INT16.unpack_from
+        unpack_int64 = _INT64.unpack_from
+        crc32 = zlib.crc32
         mapped = queue.find_file(offset)
         while mapped is not None:
-            position = offset - mapped.file_from_offset
+            buffer = mapped.buffer
+            file_size = mapped.file_size
+            base = mapped.file_from_offset
             written = mapped.write_position
+            position = offset - base
+            while written - position >= _BLANK_MARKER_SIZE:
+                (total, magic, crc, queue_id, _, queue_offset, stored_offset,
+                 sysflag) = unpack_head(buffer, position)
+                if (magic != MAGIC_V1 or total > written - position or total < _MIN_RECORD_SIZE
+                        or stored_offset != offset):
+                    break
+                body_start = position + _PREFIX_SIZES[sysflag & _HOSTS_V6]
+                cursor = body_start + unpack_int32(buffer, body_start - 4)[0]
+                end = position + total
+                if cursor < body_start or cursor + 3 > end:
+                    break
+                properties_at = cursor + 1 + buffer[cursor]
+                if (properties_at + 2 > end
+                        or properties_at + 2 + unpack_int16(buffer, properties_at)[0] != end
+                        or crc32(buffer[body_start:cursor]) & 0x7FFFFFFF != crc):
+                    break
+                topic_bytes = bytes(buffer[cursor + 1 : properties_at])
+                topic = topics.get(topic_bytes)
+                if topic is None:
+                    topic = topics[topic_bytes] = topic_bytes.decode("utf-8", "replace")
+                store_timestamp = unpack_int64(
+                    buffer, position + _STORE_TIMESTAMP_POSITIONS[sysflag & SYSFLAG_BORNHOST_V6]
+                )[0]
+                properties = decode_properties(
+                    str(buffer[properties_at + 2 : end], "utf-8", "replace"))
+                transaction_type = sysflag & SYSFLAG_TRANSACTION_MASK
+                if topic == SCHEDULE_TOPIC:
+                    level_text = properties.get(PROPERTY_DELAY_TIME_LEVEL, "")
+                    level = int(level_text) if level_text.isdigit() else 0
+                    tag_code = delivery_tag_code(level, store_timestamp, delay_level_ms)
+                else:
+                    tag_code = tag_code_of(properties)
+                queued = transaction_type in QUEUED_TRANSACTION_TYPES
+                indexed = transaction_type != TRANSACTION_ROLLBACK_TYPE
+                last = runs[-1] if runs else None
+                if (last is None or last.topic != topic or last.queue_id != queue_id
+                        or last.queued != queued or last.indexed != indexed
+                        or last.store_timestamp != store_timestamp
+                        or (queued and last.next_queue_offset != queue_offset)):
+                    last = _Run(topic, queue_id, queue_offset, store_timestamp, queued,
+                                indexed, with_keys)
+                    runs.append(last)
+                last.add(offset, total, tag_code, index_keys(properties) if with_keys else None)
+                if not self.dispatch_oldest_timestamp:
+                    self.dispatch_oldest_timestamp = store_timestamp
+                self.last_record_offset = offset
+                self.last_store_timestamp = store_timestamp
+                position = end
+                offset += total
+                self.confirmed_offset = offset
             remaining = written - position
             if remaining < _BLANK_MARKER_SIZE:
-                if position == mapped.file_size:  # exactly full: go on in the next segment
-                    offset = mapped.file_from_offset + mapped.file_size
+                if position == file_size:  # exactly full: go on in the next segment
+                    offset = base + file_size
                     mapped = queue.find_file(offset)
                     continue
                 break
-            buffer = mapped.buffer
             total, magic = _SIZE_MAGIC.unpack_from(buffer, position)
-            if magic == BLANK_MAGIC and total == mapped.file_size - position:
-                if written != mapped.file_size:
+            if magic == BLANK_MAGIC and total == file_size - position:
+                if written != file_size:
                     break  # the rest of the segment has not arrived yet
-                offset = mapped.file_from_offset + mapped.file_size
+                offset = base + file_size
                 mapped = queue.find_file(offset)
                 continue
-            if magic == MAGIC_V1 and remaining < total <= mapped.file_size - position:
+            if magic == MAGIC_V1 and remaining < total <= file_size - position:
                 break  # cut by the end of what arrived; the next chunk brings the rest
             inspection = inspect_record(buffer, position, written, offset, True)
-            if inspection.kind is not RecordKind.RECORD:
-                self.confirmed_offset = offset
-                raise ReplicaCorrupt(
-                    f"replicated bytes at commit-log offset {offset} ({mapped.describe()}:"
-                    f"{position}) are not a record: {inspection.problem or inspection.kind.value}"
-                )
-            fields = dispatch_fields(buffer, position)
-            batch = batch_from_record(fields, offset, total, self._delay_level_ms, with_keys)
-            _add(pending, batch)
-            if not self.dispatch_oldest_timestamp:
-                self.dispatch_oldest_timestamp = fields.store_timestamp
-            self.last_record_offset = offset
-            self.last_store_timestamp = fields.store_timestamp
-            offset += total
             self.confirmed_offset = offset
+            raise ReplicaCorrupt(
+                f"replicated bytes at commit-log offset {offset} ({mapped.describe()}:"
+                f"{position}) are not a record: "
+                f"{inspection.problem or 'the record does not parse'}"
+            )
         self.confirmed_offset = offset
 
-    def _dispatch_batch(self, batch: DispatchBatch) -> None:
+    def _dispatch_run(self, run: _Run) -> None:
+        batch = DispatchBatch(
+            topic=run.topic,
+            queue_id=run.queue_id,
+            queue_offset=run.queue_offset,
+            physical_offsets=run.physical_offsets,
+            sizes=run.sizes,
+            tag_codes=run.tag_codes,
+            keys=run.keys,
+            store_timestamp=run.store_timestamp,
+            queued=run.queued,
+            indexed=run.indexed,
+        )
         for dispatcher in self._dispatchers:
             dispatcher.dispatch(batch)
-        self.commit_log.last_store_timestamp = batch.store_timestamp
+        self.commit_log.last_store_timestamp = run.store_timestamp
 
 
-def _add(pending: list[DispatchBatch], batch: DispatchBatch) -> None:
-    """Append ``batch`` (one record) to the last pending batch when it continues it (the
-    same queue, the next queue offset, the same kind), else start a new one."""
-    if pending:
-        last = pending[-1]
-        if (
-            last.topic == batch.topic
-            and last.queue_id == batch.queue_id
-            and last.queued == batch.queued
-            and last.indexed == batch.indexed
-            and last.store_timestamp == batch.store_timestamp
-            and (not last.queued
-                 or last.queue_offset + len(last.sizes) == batch.queue_offset)
-        ):
-            last.physical_offsets += batch.physical_offsets
-            last.sizes += batch.sizes
-            last.tag_codes += batch.tag_codes
-            if last.keys is not None and batch.keys is not None:
-                last.keys += batch.keys
-            return
-    pending.append(batch)
+class _Run:
+    """Consecutive records of one queue, of one kind and store time: one dispatch batch."""
+
+    __slots__ = ("indexed", "keys", "next_queue_offset", "physical_offsets", "queue_id",
+                 "queue_offset", "queued", "sizes", "store_timestamp", "tag_codes", "topic")
+
+    def __init__(self, topic: str, queue_id: int, queue_offset: int, store_timestamp: int,
+                 queued: bool, indexed: bool, with_keys: bool) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.next_queue_offset = queue_offset
+        self.store_timestamp = store_timestamp
+        self.queued = queued
+        self.indexed = indexed
+        self.physical_offsets: list[int] = []
+        self.sizes: list[int] = []
+        self.tag_codes: list[int] = []
+        self.keys: list[Sequence[str]] | None = [] if with_keys else None
+
+    def add(self, physical_offset: int, size: int, tag_code: int,
+            keys: Sequence[str] | None) -> None:
+        """Take one more record of the run."""
+        self.physical_offsets.append(physical_offset)
+        self.sizes.append(size)
+        self.tag_codes.append(tag_code)
+        if self.keys is not None:
+            self.keys.append(keys or [])
+        self.next_queue_offset += 1
 
 
 # -- the master's side ---------------------------------------------------------------------------
