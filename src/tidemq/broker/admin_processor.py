@@ -311,6 +311,7 @@ class AdminProcessor:
 
     async def _get_broker_runtime_info(self, request: RemotingCommand) -> RemotingCommand:
         table = runtime_info(self._stats, self._store, self._store_config.store_path_root_dir)
+        table.update(self._role.runtime_info())  # brokerRole and the HA keys (broker/ha/)
         body = jsonx.dumps({"table": table})
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 

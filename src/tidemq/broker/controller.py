@@ -247,6 +247,8 @@ class BrokerController:
                 self.identity.bound(self.server.bound_ports[0])
             if self.acl is not None:
                 self.acl.start()
+            if self.role.replication is not None:
+                await self.role.replication.start()
             await self.consumption.start()
             await self.schedule_service.start()
             await self.transaction_service.start()
@@ -293,6 +295,8 @@ class BrokerController:
             await self.consumption.shutdown()
             await self.schedule_service.shutdown()
             await self.transaction_service.shutdown()
+        if self.role.replication is not None:
+            await self.role.replication.stop()
         if self._retention_run is not None:
             # The worker thread cannot be cancelled; the store must not close under it.
             with contextlib.suppress(Exception):

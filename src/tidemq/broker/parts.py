@@ -31,6 +31,7 @@ from pathlib import Path
 from tidemq.broker.clients import Clients
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.consumer_offset_manager import ConsumerOffsetManager
+from tidemq.broker.ha.replication import Replication
 from tidemq.broker.identity import BrokerIdentity
 from tidemq.broker.lock_manager import RebalanceLockManager
 from tidemq.broker.pull_hold_service import (
@@ -43,6 +44,7 @@ from tidemq.broker.subscription_group_manager import SubscriptionGroupManager
 from tidemq.broker.topic_config_manager import TopicConfigManager
 from tidemq.store.config import StoreConfig
 from tidemq.store.interface import MessageStore
+from tidemq.store.store_core import StoreCore
 
 CONFIG_DIR_NAME = "config"
 
@@ -86,7 +88,10 @@ class BrokerParts:
         config_dir = Path(store_config.store_path_root_dir) / CONFIG_DIR_NAME
         config_dir.mkdir(parents=True, exist_ok=True)
         identity = BrokerIdentity(config)
-        role = ReplicationRole(config, identity)
+        role = ReplicationRole(
+            config, identity, _replication(config, store_config, store),
+            store_config.sync_flush_timeout_ms,
+        )
         clients = Clients(config)
         recheck_ms = (
             LONG_POLLING_RECHECK_INTERVAL_MS if config.long_polling_enable
@@ -110,3 +115,15 @@ class BrokerParts:
             pull_holds=PullRequestHoldService(store, recheck_interval_ms=recheck_ms),
             config_dir=config_dir,
         )
+
+
+def _replication(config: BrokerConfig, store_config: StoreConfig, store: MessageStore
+                 ) -> Replication | None:
+    """The HA side of the broker: where a master listens for slaves (brokerIP2 or brokerIP1,
+    haListenPort or listenPort + 1; any free port when listenPort is 0, as in tests)."""
+    if not isinstance(store, StoreCore):
+        return None  # a store without the replication API (none in tidemq today)
+    port = config.ha_listen_port
+    if port is None:
+        port = config.listen_port + 1 if config.listen_port else 0
+    return Replication(config, store_config, store, config.broker_ip2 or config.broker_ip1, port)

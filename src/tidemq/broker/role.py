@@ -15,10 +15,10 @@ Ownership: the broker's event loop; nothing here blocks.
 
 from __future__ import annotations
 
-from typing import Any
-
 from tidemq.broker.config import BrokerConfig, BrokerRole
+from tidemq.broker.ha.replication import Replication, answered_status
 from tidemq.broker.identity import BrokerIdentity
+from tidemq.store.interface import PutResult, PutStatus
 
 MASTER_ID = 0  # RocketMQ's MixAll.MASTER_ID
 
@@ -29,17 +29,22 @@ class ReplicationRole:
     Args:
         config: brokerRole and brokerId.
         identity: this broker's names and address (for remarks).
+        replication: the HA side (broker/ha/replication.py): the HAService on a master, the
+            HAClient on a slave; None for a broker built without it (unit tests).
+        sync_flush_timeout_ms: how long a waiting send waits for the disk (and a slave).
     """
 
-    def __init__(self, config: BrokerConfig, identity: BrokerIdentity) -> None:
+    def __init__(self, config: BrokerConfig, identity: BrokerIdentity,
+                 replication: Replication | None = None,
+                 sync_flush_timeout_ms: int = 5000) -> None:
         self.role: BrokerRole = config.broker_role
         self._identity = identity
+        self.replication = replication
+        self._sync_flush_timeout_s = sync_flush_timeout_ms / 1000
         # Learned from the name server's REGISTER_BROKER answer (masterAddr / haServerAddr);
         # None until then, and always None on a master.
         self.master_address: str | None = None
         self.master_ha_address: str | None = None
-        # The replication service (broker/ha/) once one runs; None without replication.
-        self.ha_service: Any = None
 
     @property
     def broker_id(self) -> int:
@@ -83,3 +88,17 @@ class ReplicationRole:
         if self.is_slave:
             self.master_address = master_address or None
             self.master_ha_address = master_ha_address or None
+            if self.replication is not None:
+                self.replication.learn_master(self.master_address, self.master_ha_address)
+
+    async def stored_status(self, result: PutResult, wait: bool) -> PutStatus:
+        """The status a send is answered with: its put's, then, when its producer waits, the
+        disk's under SYNC_FLUSH and a slave's on a SYNC_MASTER (FLUSH_DISK_TIMEOUT,
+        FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE all mean "stored")."""
+        return await answered_status(result, wait, self._sync_flush_timeout_s, self.replication)
+
+    def runtime_info(self) -> dict[str, str]:
+        """The role and replication keys of GET_BROKER_RUNTIME_INFO."""
+        if self.replication is None:
+            return {"brokerRole": self.role.value}
+        return self.replication.runtime_info()

@@ -35,7 +35,10 @@ without TRAN_MSG is refused.
 
 Under SYNC_FLUSH the response waits for the store's durable future (group commit), at most
 ``syncFlushTimeout``; past it the answer is FLUSH_DISK_TIMEOUT (10), which clients count as
-stored. Everything runs on the event loop; the store call itself is a quick mmap write.
+stored. On a SYNC_MASTER it also waits for a slave's acknowledgement (broker/ha/): past
+``syncFlushTimeout`` FLUSH_SLAVE_TIMEOUT (12), and SLAVE_NOT_AVAILABLE (11) at once when no
+slave is in sync; both are "stored" too (``ReplicationRole.stored_status``). Everything
+runs on the event loop; the store call itself is a quick mmap write.
 
 Sends that arrive in one read (a producer with many in flight) are served by ``handle_group``:
 each is checked and shaped as above, then the single messages go to the store together
@@ -46,7 +49,6 @@ place in the order.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -111,19 +113,20 @@ log = logging.getLogger("tidemq.broker")
 
 MULTI_TAG = "MULTI_TAG"
 
-# How much longer than syncFlushTimeout we wait for the store's own timeout to answer, before
-# calling it FLUSH_DISK_TIMEOUT ourselves (the store's timer should always win).
-_DURABLE_WAIT_MARGIN_S = 1.0
 
 _STATUS_CODES = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
     PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
     PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
     PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
     PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
 }
-_STORED_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT})
+# Every one of these means "stored" (the client reports it as a SendStatus, not an error).
+_STORED_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
+                           ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE})
 
 
 class _Stored(NamedTuple):
@@ -590,8 +593,8 @@ class SendMessageProcessor:
     ) -> RemotingCommand:
         result = stored.result
         status = result.status
-        if status is PutStatus.PUT_OK and stored.wait and result.durable is not None:
-            status = await self._wait_durable(result)
+        if status is PutStatus.PUT_OK and stored.wait:
+            status = await self._role.stored_status(result, True)
         code = _STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         if code not in _STORED_CODES:
             remark = result.remark or f"the store refused the message: {status.value}"
@@ -600,24 +603,22 @@ class SendMessageProcessor:
         ext_fields["queueId"] = str(stored.queue_id)
         ext_fields["queueOffset"] = str(result.queue_offset)
         remark = None
+        timeout_ms = self._store_config.sync_flush_timeout_ms
         if code == ResponseCode.FLUSH_DISK_TIMEOUT:
             remark = (
-                "message stored but not flushed to disk within syncFlushTimeout="
-                f"{self._store_config.sync_flush_timeout_ms} ms"
+                f"message stored but not flushed to disk within syncFlushTimeout={timeout_ms} ms"
+            )
+        elif code == ResponseCode.FLUSH_SLAVE_TIMEOUT:
+            remark = (
+                "message stored on the master but no slave acknowledged it within "
+                f"syncFlushTimeout={timeout_ms} ms"
+            )
+        elif code == ResponseCode.SLAVE_NOT_AVAILABLE:
+            remark = (
+                "message stored on the master only: no slave is in sync (none connected, or "
+                "each further behind than haMaxGapNotInSync)"
             )
         return RemotingCommand.response_to(request, code, remark, ext_fields)
-
-    async def _wait_durable(self, result: PutResult) -> PutStatus:
-        assert result.durable is not None
-        timeout_s = self._store_config.sync_flush_timeout_ms / 1000 + _DURABLE_WAIT_MARGIN_S
-        try:
-            # shield: on our timeout the store's future must not be cancelled (its flush
-            # thread completes it later).
-            return await asyncio.wait_for(
-                asyncio.shield(asyncio.wrap_future(result.durable)), timeout_s
-            )
-        except TimeoutError:
-            return PutStatus.FLUSH_DISK_TIMEOUT
 
 
 def _batch_messages(

@@ -248,7 +248,6 @@ def test_a_silent_peer_is_dropped_after_the_housekeeping_interval(caplog):
 def test_sync_master_answers_ok_timeout_or_not_available_as_the_slave_behaves():
     from tidemq.broker.config import BrokerConfig
     from tidemq.broker.ha.replication import Replication
-    from tidemq.remoting.client import RemotingClient
     from tidemq.store.interface import PutStatus
 
     async def main() -> None:
@@ -256,7 +255,7 @@ def test_sync_master_answers_ok_timeout_or_not_available_as_the_slave_behaves():
         store_config = StoreConfig(sync_flush_timeout_ms=300, ha_send_heartbeat_interval_ms=200,
                                    ha_max_gap_not_in_sync=1 << 20)
         replication = Replication(BrokerConfig(broker_role="SYNC_MASTER"), store_config, master,
-                                  RemotingClient(), "127.0.0.1", 0)
+                                  "127.0.0.1", 0)
         await replication.start()
         try:
             def put():

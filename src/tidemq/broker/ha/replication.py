@@ -28,6 +28,7 @@ from tidemq.broker.ha.master import HAService, HASettings
 from tidemq.broker.ha.master_check import MasterCheck, ReplicaStore
 from tidemq.broker.ha.slave import HAClient
 from tidemq.remoting.client import RemotingClient
+from tidemq.remoting.errors import RemotingListenError
 from tidemq.store.config import StoreConfig
 from tidemq.store.interface import PutResult, PutStatus
 
@@ -53,19 +54,24 @@ class Replication:
     Args:
         config, store_config: the broker's settings (brokerRole, names, HA keys).
         store: the broker's store.
-        client: the broker's remoting client (the slave's master check).
-        ha_host, ha_port: where a master listens (brokerIP2 or brokerIP1, haListenPort).
+        ha_host, ha_port: where a master listens (brokerIP2 or brokerIP1, haListenPort;
+            port 0: any free port, for tests).
+        client: the remoting client for a slave's master check (None: one of its own,
+            closed by ``stop``).
     """
 
     def __init__(self, config: BrokerConfig, store_config: StoreConfig, store: ReplicaStore,
-                 client: RemotingClient, ha_host: str, ha_port: int) -> None:
+                 ha_host: str, ha_port: int, client: RemotingClient | None = None) -> None:
         self.role = config.broker_role
         self._store = store
         self._sync_flush_timeout_s = store_config.sync_flush_timeout_ms / 1000
         settings = ha_settings(store_config)
         self.service: HAService | None = None
         self.client: HAClient | None = None
+        self._own_client: RemotingClient | None = None
         if self.role is BrokerRole.SLAVE:
+            if client is None:
+                client = self._own_client = RemotingClient()
             check = MasterCheck(client, config.broker_name, config.broker_cluster_name, store)
             self.client = HAClient(store, check, settings, store_config.ha_master_address,
                                    config.broker_name)
@@ -76,10 +82,16 @@ class Replication:
         """Listen (master) or start copying (slave).
 
         Raises:
-            OSError: a master's HA port is taken (haListenPort).
+            RemotingListenError: a master's HA port is taken (the message names haListenPort).
         """
         if self.service is not None:
-            await self.service.start()
+            try:
+                await self.service.start()
+            except OSError as e:
+                raise RemotingListenError(
+                    f"cannot listen for slaves on {self.service.host}:{self.service.port}: "
+                    f"{e.strerror or e} (choose another haListenPort, or stop what holds it)"
+                ) from e
             add_listener = getattr(self._store, "add_dispatch_listener", None)
             if add_listener is not None:
                 service = self.service
@@ -93,6 +105,8 @@ class Replication:
             await self.client.stop()
         if self.service is not None:
             await self.service.stop()
+        if self._own_client is not None:
+            await self._own_client.close()
 
     @property
     def ha_port(self) -> int | None:
@@ -129,31 +143,8 @@ class Replication:
         return PutStatus.PUT_OK if acknowledged else PutStatus.FLUSH_SLAVE_TIMEOUT
 
     async def stored_status(self, result: PutResult, wait: bool) -> PutStatus:
-        """The status a send is answered with: the put's own, then (when the producer waits)
-        the disk's (SYNC_FLUSH) and a slave's (SYNC_MASTER), waited for together."""
-        status = result.status
-        if status is not PutStatus.PUT_OK or not wait:
-            return status
-        durable = result.durable
-        if not self.waits_for_slaves:
-            if durable is None:
-                return status
-            return await self._durable_status(durable)
-        if durable is None:
-            return await self.replica_status(result)
-        flushed, replicated = await asyncio.gather(
-            self._durable_status(durable), self.replica_status(result)
-        )
-        return flushed if flushed is not PutStatus.PUT_OK else replicated
-
-    async def _durable_status(self, durable: Future[PutStatus]) -> PutStatus:
-        try:
-            # shield: on our timeout the store's future must not be cancelled (its flush
-            # thread completes it later).
-            async with asyncio.timeout(self._sync_flush_timeout_s + _DURABLE_WAIT_MARGIN_S):
-                return await asyncio.shield(asyncio.wrap_future(durable))
-        except TimeoutError:
-            return PutStatus.FLUSH_DISK_TIMEOUT
+        """The status a send is answered with (``answered_status``)."""
+        return await answered_status(result, wait, self._sync_flush_timeout_s, self)
 
     # -- brokerStatus ---------------------------------------------------------------------------
 
@@ -194,3 +185,33 @@ class Replication:
             table["haReplicationLagSamples"] = str(len(client.lag_samples_ms))
         return table
 
+
+async def answered_status(result: PutResult, wait: bool, sync_flush_timeout_s: float,
+                          replication: Replication | None = None) -> PutStatus:
+    """The status a send is answered with: the put's own, then (when the producer waits)
+    the disk's (SYNC_FLUSH, ``result.durable``) and, on a SYNC_MASTER, a slave's, waited
+    for together; a disk timeout wins over a slave's answer."""
+    status = result.status
+    if status is not PutStatus.PUT_OK or not wait:
+        return status
+    durable = result.durable
+    if replication is None or not replication.waits_for_slaves:
+        if durable is None:
+            return status
+        return await _durable_status(durable, sync_flush_timeout_s)
+    if durable is None:
+        return await replication.replica_status(result)
+    flushed, replicated = await asyncio.gather(
+        _durable_status(durable, sync_flush_timeout_s), replication.replica_status(result)
+    )
+    return flushed if flushed is not PutStatus.PUT_OK else replicated
+
+
+async def _durable_status(durable: Future[PutStatus], timeout_s: float) -> PutStatus:
+    try:
+        # shield: on our timeout the store's future must not be cancelled (its flush
+        # thread completes it later).
+        async with asyncio.timeout(timeout_s + _DURABLE_WAIT_MARGIN_S):
+            return await asyncio.shield(asyncio.wrap_future(durable))
+    except TimeoutError:
+        return PutStatus.FLUSH_DISK_TIMEOUT
