@@ -210,7 +210,7 @@ class SendBackProcessor:
         if group_config.retry_queue_nums <= 0:
             # RocketMQ's rule: a group without retry queues does not retry; the message is
             # dropped and the consumer is told all is well.
-            log.info("group %s has retryQueueNums=%d: message at offset %d not retried",
+            log.debug("group %s has retryQueueNums=%d: message at offset %d not retried",
                      group, group_config.retry_queue_nums, header.offset)
             return
         retry_topic = RETRY_GROUP_TOPIC_PREFIX + group
@@ -239,7 +239,7 @@ class SendBackProcessor:
             message.topic = dead_letter_topic_for(self._topics, group)
             message.queue_id = self._random.randrange(DLQ_QUEUE_NUMS)
             properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-            log.info(
+            log.debug(
                 "message %s of group %s (reconsumed %d times, max %d, delayLevel %d) "
                 "stored in %s",
                 properties.get(PROPERTY_ORIGIN_MESSAGE_ID), group, consumed.reconsume_times,

@@ -497,7 +497,7 @@ class SendMessageProcessor:
             return header.topic, queue_id
         dead_letter_topic = dead_letter_topic_for(self._topics, group)
         properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-        log.info(
+        log.debug(
             "message of group %s reconsumed %d times (max %d): stored in %s",
             group,
             reconsume_times,

@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 import click
 
 from tidemq.cli.dev_console import pop_console_settings, start_dev_console
+from tidemq.cli.log_setup import add_log_file, log_options, setup_logging
 from tidemq.config_loader import load_config, parse_override_args
 from tidemq.errors import ConfigError, TidemqError
 
@@ -34,8 +35,6 @@ _SERVER_CONTEXT = {
     "allow_extra_args": True,
     "help_option_names": ["-h", "--help"],
 }
-_LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
-_LOG_LEVELS = ("debug", "info", "warning", "error")
 EXIT_CONFIG_ERROR = 2
 EXIT_START_FAILED = 1
 
@@ -51,28 +50,24 @@ def _config_file_option(function: Callable[..., Any]) -> Callable[..., Any]:
     )(function)
 
 
-def _log_level_option(function: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--log-level", "log_level", type=click.Choice(_LOG_LEVELS), default="info",
-        show_default=True, help="How much to log (to stderr).",
-    )(function)
-
-
 @click.command("namesrv", context_settings=_SERVER_CONTEXT)
 @_config_file_option
-@_log_level_option
+@log_options
 @click.pass_context
-def namesrv(ctx: click.Context, config_file: Path | None, log_level: str) -> None:
+def namesrv(ctx: click.Context, config_file: Path | None, log_level: str,
+            log_dir: Path | None, log_max_bytes: int, log_file_count: int) -> None:
     """Run a name server: tidemq namesrv [-c FILE] [--listenPort 9876] [--<key> value ...]
 
     Keys are RocketMQ's NamesrvConfig names (listenPort, bindAddress, orderMessageEnable,
     kvConfigPath, scanNotActiveBrokerInterval, brokerChannelExpiredTime, ...).
     """
-    _setup_logging(log_level)
+    setup_logging(log_level)
     from tidemq.namesrv import NamesrvConfig, NamesrvController
 
     (config,) = _load_or_exit("namesrv", [NamesrvConfig], config_file, ctx.args)
     config = _with_acl_file(config, config_file)
+    _log_to_file_or_exit("namesrv", log_dir or Path("logs"), "namesrv", log_max_bytes,
+                         log_file_count)
 
     async def serve(stop: asyncio.Event) -> None:
         controller = _build_or_exit("namesrv", NamesrvController, config)
@@ -90,17 +85,18 @@ def namesrv(ctx: click.Context, config_file: Path | None, log_level: str) -> Non
 @_config_file_option
 @click.option("-n", "--namesrvAddr", "namesrv_addr", metavar="'host:port;host:port'",
               help="Name servers to register with (the namesrvAddr key).")
-@_log_level_option
+@log_options
 @click.pass_context
 def broker(ctx: click.Context, config_file: Path | None, namesrv_addr: str | None,
-           log_level: str) -> None:
+           log_level: str, log_dir: Path | None, log_max_bytes: int,
+           log_file_count: int) -> None:
     """Run a broker: tidemq broker [-c FILE] [-n "host:port;host:port"] [--<key> value ...]
 
     Keys are RocketMQ's BrokerConfig and MessageStoreConfig names (brokerClusterName,
     brokerName, brokerId, listenPort, brokerIP1, brokerRole, storePathRootDir, flushDiskType,
     mappedFileSizeCommitLog, deleteWhen, fileReservedTime, autoCreateTopicEnable, ...).
     """
-    _setup_logging(log_level)
+    setup_logging(log_level)
     overrides = _overrides_or_exit("broker", ctx.args)
     if namesrv_addr is not None:
         overrides["namesrvAddr"] = namesrv_addr
@@ -109,6 +105,8 @@ def broker(ctx: click.Context, config_file: Path | None, namesrv_addr: str | Non
         "broker", [broker_config_class, store_config_class], config_file, overrides
     )
     broker_config = _with_acl_file(broker_config, config_file)
+    _log_to_file_or_exit("broker", log_dir or Path(store_config.store_path_root_dir) / "logs",
+                         "broker", log_max_bytes, log_file_count)
 
     async def serve(stop: asyncio.Event) -> None:
         controller = _open_broker("broker", broker_config, store_config)
@@ -129,9 +127,10 @@ def broker(ctx: click.Context, config_file: Path | None, namesrv_addr: str | Non
 
 
 @click.command("dev", context_settings=_SERVER_CONTEXT)
-@_log_level_option
+@log_options
 @click.pass_context
-def dev(ctx: click.Context, log_level: str) -> None:
+def dev(ctx: click.Context, log_level: str, log_dir: Path | None, log_max_bytes: int,
+        log_file_count: int) -> None:
     """Run a name server and a broker in one process, for development.
 
     tidemq dev [--storePathRootDir DIR] [--namesrvPort 9876] [--listenPort 10911]
@@ -140,7 +139,7 @@ def dev(ctx: click.Context, log_level: str) -> None:
     Data goes to ./tidemq-data unless --storePathRootDir says otherwise; any broker or store
     key may be given (e.g. --flushDiskType SYNC_FLUSH).
     """
-    _setup_logging(log_level)
+    setup_logging(log_level)
     from tidemq.namesrv import NamesrvConfig, NamesrvController
 
     overrides = _overrides_or_exit("dev", ctx.args)
@@ -158,6 +157,8 @@ def dev(ctx: click.Context, log_level: str) -> None:
     broker_config, store_config = _load_broker_or_exit(
         "dev", [broker_config_class, store_config_class], None, overrides
     )
+    _log_to_file_or_exit("dev", log_dir or Path(store_config.store_path_root_dir) / "logs",
+                         "dev", log_max_bytes, log_file_count)
 
     async def serve(stop: asyncio.Event) -> None:
         namesrv_controller = _build_or_exit("dev", NamesrvController, namesrv_config)
@@ -258,11 +259,6 @@ def _open_broker(command: str, broker_config: Any, store_config: Any) -> Any:
     return controller
 
 
-def _setup_logging(level_name: str) -> None:
-    logging.basicConfig(level=level_name.upper(), format=_LOG_FORMAT, datefmt="%H:%M:%S",
-                        stream=sys.stderr)
-
-
 def _overrides_or_exit(command: str, args: list[str]) -> dict[str, str]:
     try:
         return parse_override_args(args)
@@ -282,6 +278,17 @@ def _load_or_exit(command: str, targets: list[type], config_file: Path | None,
         for key, shown in (rename or {}).items():
             message = message.replace(key, shown)
         _fail(command, message, EXIT_CONFIG_ERROR)
+
+
+def _log_to_file_or_exit(command: str, log_dir: Path, name: str, max_bytes: int,
+                         file_count: int) -> None:
+    try:
+        path = add_log_file(log_dir, name, max_bytes=max_bytes, file_count=file_count)
+    except OSError as e:
+        _fail(command, f"cannot write the log file in {log_dir}: {e.strerror or e} (give "
+                       "another folder with --logDir)", EXIT_START_FAILED)
+    log.info("logging to %s (rotated at %d bytes, %d old files kept)", path, max_bytes,
+             file_count)
 
 
 def _load_broker_or_exit(command: str, targets: list[type], config_file: Path | None,
