@@ -190,6 +190,16 @@ class BrokerConfig:
     tls_server_trust_cert_path: str | None = field(default=None, metadata={
         "key": "tlsServerTrustCertPath", "aliases": ("tls.server.trustCertPath",)})
 
+    # Prometheus metrics (RocketMQ 5's keys): PROM serves /metrics on
+    # metricsPromExporterHost:metricsPromExporterPort (host empty: brokerIP1); DISABLE (the
+    # default) serves nothing. docs/monitoring.md lists the metrics.
+    metrics_exporter_type: str = field(default="DISABLE", metadata={
+        "key": "metricsExporterType", "choices": ("DISABLE", "PROM")})
+    metrics_prom_exporter_host: str = field(default="", metadata={
+        "key": "metricsPromExporterHost"})
+    metrics_prom_exporter_port: int = field(default=5557, metadata={
+        "key": "metricsPromExporterPort", "min": 0, "max": 65535})
+
     def __post_init__(self) -> None:
         try:
             self.broker_role = BrokerRole(str(self.broker_role).upper())

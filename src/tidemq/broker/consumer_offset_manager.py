@@ -121,6 +121,10 @@ class ConsumerOffsetManager:
         """The committed offset, or None when ``group`` never committed one for the queue."""
         return self._table.query(group, topic, queue_id)
 
+    def all_offsets(self) -> list[tuple[tuple[str, str], dict[int, int]]]:
+        """Every ((topic, group), queue id -> offset) committed (the metrics' lag)."""
+        return self._table.items()
+
     def offsets_of_group(self, group: str) -> dict[str, dict[int, int]]:
         """topic -> queue id -> offset for every topic ``group`` committed in."""
         return self._table.offsets_of_group(group)

@@ -53,6 +53,7 @@ from tidemq.broker.exactly_once.processor import ExactlyOnceProcessor
 from tidemq.broker.exactly_once.service import ExactlyOnceService
 from tidemq.broker.lock_manager import LockBatchProcessor
 from tidemq.broker.maintenance_processor import MaintenanceProcessor
+from tidemq.broker.metrics import broker_exporter
 from tidemq.broker.namesrv_registration import NameServerRegistration
 from tidemq.broker.offset_processor import ConsumerOffsetProcessor
 from tidemq.broker.parts import BrokerParts
@@ -64,6 +65,8 @@ from tidemq.broker.send_back_processor import SendBackProcessor
 from tidemq.broker.send_processor import SendMessageProcessor
 from tidemq.broker.slave_sync import SlaveSynchronizer
 from tidemq.broker.transaction import TransactionService
+from tidemq.metrics.exporter import MetricsExporter
+from tidemq.metrics.requests import RequestMetrics
 from tidemq.remoting.client import RemotingClient
 from tidemq.remoting.server import RemotingServer
 from tidemq.store.config import StoreConfig
@@ -174,6 +177,13 @@ class BrokerController:
         ) if parts.role.is_slave else None
         self._processors = self._make_processors(parts)
         self.register_processors(self.server)
+        # Prometheus metrics (metricsExporterType=PROM): broker/metrics.py.
+        self.metrics_exporter: MetricsExporter | None = None
+        if parts.config.metrics_exporter_type == "PROM":
+            requests = RequestMetrics("tidemq_broker")
+            self.server.set_request_observer(requests.observe)
+            self.metrics_exporter = broker_exporter(
+                parts, lambda: len(self.server.connections), requests)
 
     def _make_processors(self, parts: BrokerParts) -> list[Any]:
         """Every request processor, each given the parts it uses; the admin processor, the
@@ -257,6 +267,8 @@ class BrokerController:
             await self.registration.start()
             if self.slave_sync is not None:
                 await self.slave_sync.start()
+            if self.metrics_exporter is not None:
+                await self.metrics_exporter.start()
         except BaseException:
             await self.shutdown()
             raise
@@ -283,6 +295,8 @@ class BrokerController:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self.metrics_exporter is not None:
+            await self.metrics_exporter.stop()
         if self.slave_sync is not None:
             await self.slave_sync.stop()
         await self.registration.stop()

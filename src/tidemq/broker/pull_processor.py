@@ -301,7 +301,8 @@ class PullMessageProcessor:
             max_offset=result.max_offset,
         )
         if code == ResponseCode.SUCCESS:
-            self._stats.record_get(result.message_count)
+            self._stats.record_get(result.message_count, header.topic, header.consumer_group,
+                                   len(result.body))
             return RemotingCommand.response_to(
                 request, code, remark=result.status.value,
                 ext_fields=response_header.to_ext_fields(), body=result.body,

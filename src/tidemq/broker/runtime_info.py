@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from tidemq.protocol.codes import TIDEMQ_VERSION
 from tidemq.protocol.message import POSITION_SYSFLAG, store_timestamp_position
+from tidemq.timings import LatencyTally
 
 if TYPE_CHECKING:
     from tidemq.store.interface import MessageStore
@@ -70,6 +71,11 @@ class BrokerStats:
         self.get_found_times = 0  # pulls that returned messages
         self.get_miss_times = 0  # pulls that returned none
         self.get_transferred_total = 0  # messages returned by pulls
+        # For the metrics (tidemq/broker/metrics.py): per topic [messages, body bytes] stored,
+        # per (topic, group) [messages, record bytes] pulled, and the store put latency.
+        self.topic_puts: dict[str, list[int]] = {}
+        self.topic_gets: dict[tuple[str, str], list[int]] = {}
+        self.put_latency = LatencyTally()
         self._samples: deque[tuple[int, int, int, int, int]] = deque(maxlen=_SAMPLES_MAX)
         # Totals at the last two local midnights (RocketMQ's BrokerStats "morning" values);
         # before the first midnight both are the totals at boot, i.e. 0.
@@ -82,22 +88,45 @@ class BrokerStats:
 
     # -- recording -------------------------------------------------------------------------
 
-    def record_put(self, message_count: int, body_bytes: int, elapsed_ms: int) -> None:
-        """Count ``message_count`` messages stored (one send or one batch)."""
+    def record_put(self, message_count: int, body_bytes: int, elapsed_ms: int,
+                   topic: str | None = None) -> None:
+        """Count ``message_count`` messages stored (one send or one batch) of ``topic``."""
         self.put_message_times_total += message_count
         self.put_message_size_total += body_bytes
         if elapsed_ms > self.put_message_entire_time_max_ms:
             self.put_message_entire_time_max_ms = elapsed_ms
+        if topic is not None:
+            totals = self.topic_puts.get(topic)
+            if totals is None:
+                self.topic_puts[topic] = [message_count, body_bytes]
+            else:
+                totals[0] += message_count
+                totals[1] += body_bytes
+
+    def record_put_latency(self, seconds: float) -> None:
+        """One store put (a send, a batch, or a group of sends stored together) took
+        ``seconds``, a SYNC_FLUSH wait included."""
+        self.put_latency.observe(seconds)
 
     def record_put_failure(self) -> None:
         """Count one send the store refused."""
         self.put_message_failed_times += 1
 
-    def record_get(self, message_count: int) -> None:
-        """Count one pull that returned ``message_count`` messages (0 = a miss)."""
+    def record_get(self, message_count: int, topic: str | None = None,
+                   group: str | None = None, body_bytes: int = 0) -> None:
+        """Count one pull that returned ``message_count`` messages (0 = a miss) of
+        ``topic`` to ``group`` (``body_bytes``: the stored records sent)."""
         if message_count > 0:
             self.get_found_times += 1
             self.get_transferred_total += message_count
+            if topic is not None:
+                key = (topic, group or "")
+                totals = self.topic_gets.get(key)
+                if totals is None:
+                    self.topic_gets[key] = [message_count, body_bytes]
+                else:
+                    totals[0] += message_count
+                    totals[1] += body_bytes
         else:
             self.get_miss_times += 1
 

@@ -401,7 +401,7 @@ class SendMessageProcessor:
         single = self._prepare_single(header, request, connection, 0)
         started = time.monotonic()
         result = self._store.put_message(single.message)
-        self._count(result, single.body_bytes, started)
+        self._count(result, single.body_bytes, started, header.topic)
         return _Stored(result, single.wait, single.queue_id)
 
     def _put_singles(
@@ -412,11 +412,13 @@ class SendMessageProcessor:
             return
         started = time.monotonic()
         results = self._store.put_message_group([single.message for single in singles])
-        elapsed_ms = int((time.monotonic() - started) * 1000)
+        elapsed_s = time.monotonic() - started
+        elapsed_ms = int(elapsed_s * 1000)
         stats = self._stats
+        stats.record_put_latency(elapsed_s)
         for single, result in zip(singles, results, strict=True):
             if result.status is PutStatus.PUT_OK:
-                stats.record_put(1, single.body_bytes, elapsed_ms)
+                stats.record_put(1, single.body_bytes, elapsed_ms, single.message.topic)
             else:
                 stats.record_put_failure()
             outcomes[single.position] = _Stored(result, single.wait, single.queue_id)
@@ -575,16 +577,17 @@ class SendMessageProcessor:
             result = (exactly_once.prepare_columns(batch, batch_properties,
                                                    merged.without_dropped) if prepared
                       else self._store.put_batch(batch))
-        self._count(result, body_bytes, started)
+        self._count(result, body_bytes, started, topic)
         return _Stored(result, wait, queue_id)
 
     # -- response --------------------------------------------------------------------------
 
-    def _count(self, result: PutResult, body_bytes: int, started: float) -> None:
+    def _count(self, result: PutResult, body_bytes: int, started: float, topic: str) -> None:
         stats = self._stats
+        elapsed_s = time.monotonic() - started
+        stats.record_put_latency(elapsed_s)
         if result.status is PutStatus.PUT_OK:
-            elapsed_ms = int((time.monotonic() - started) * 1000)
-            stats.record_put(result.message_count, body_bytes, elapsed_ms)
+            stats.record_put(result.message_count, body_bytes, int(elapsed_s * 1000), topic)
         else:
             stats.record_put_failure()
 

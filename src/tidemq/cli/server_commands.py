@@ -148,8 +148,15 @@ def dev(ctx: click.Context, log_level: str, log_dir: Path | None, log_max_bytes:
     except ValueError as e:
         _fail("dev", e, EXIT_CONFIG_ERROR)
     namesrv_port_text = overrides.pop(DEV_NAMESRV_PORT_KEY, str(DEV_DEFAULT_NAMESRV_PORT))
+    # Metrics are on in dev (the broker's and the name server's /metrics, each on a free port
+    # unless --metricsPromExporterPort gives the broker's); --metricsExporterType DISABLE
+    # turns them off.
+    overrides.setdefault("metricsExporterType", "PROM")
+    overrides.setdefault("metricsPromExporterPort", "0")
     (namesrv_config,) = _load_or_exit("dev", [NamesrvConfig], None,
-                                      {"listenPort": namesrv_port_text},
+                                      {"listenPort": namesrv_port_text,
+                                       "metricsExporterType": overrides["metricsExporterType"],
+                                       "metricsPromExporterPort": "0"},
                                       rename={"listenPort": DEV_NAMESRV_PORT_KEY})
     broker_config_class, store_config_class = _broker_config_classes()
     # The broker's namesrvAddr is filled in once the name server has its port (0 = any).
@@ -176,6 +183,11 @@ def dev(ctx: click.Context, log_level: str, log_dir: Path | None, log_max_bytes:
             console = await start_dev_console(console_settings, namesrv_controller.address)
             try:
                 console_text = f", console {console.url}" if console is not None else ""
+                exporters = (broker_controller.metrics_exporter,
+                             namesrv_controller.metrics_exporter)
+                if all(exporter is not None for exporter in exporters):
+                    console_text += (f", metrics {exporters[0].url} (broker) "
+                                     f"{exporters[1].url} (name server)")
                 _announce(
                     f"tidemq dev: name server {namesrv_controller.address}, broker "
                     f"{effective_config.broker_name} {broker_controller.broker_address} "

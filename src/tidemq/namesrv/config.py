@@ -54,6 +54,15 @@ class NamesrvConfig:
     server_channel_max_idle_time_seconds: int = field(default=120, metadata={
         "key": "serverChannelMaxIdleTimeSeconds", "min": 1})
 
+    # Prometheus metrics (RocketMQ 5's keys; docs/monitoring.md): PROM serves /metrics on
+    # metricsPromExporterHost (empty: bindAddress) : metricsPromExporterPort.
+    metrics_exporter_type: str = field(default="DISABLE", metadata={
+        "key": "metricsExporterType", "choices": ("DISABLE", "PROM")})
+    metrics_prom_exporter_host: str = field(default="", metadata={
+        "key": "metricsPromExporterHost"})
+    metrics_prom_exporter_port: int = field(default=5557, metadata={
+        "key": "metricsPromExporterPort", "min": 0, "max": 65535})
+
     # -- security (docs/security.md) -----------------------------------------------------------
     # RocketMQ's aclEnable: a name server checks its write operations (KV config, topic deletion,
     # broker write permission) against plain_acl.yml; reads stay open, as in RocketMQ.

@@ -20,8 +20,11 @@ import time
 from tidemq.acl.acl_file import acl_file_of
 from tidemq.acl.permission import NAMESRV_CHECKED_CODES
 from tidemq.acl.service import AclService
+from tidemq.metrics.exporter import MetricsExporter
+from tidemq.metrics.requests import RequestMetrics
 from tidemq.namesrv.config import NamesrvConfig
 from tidemq.namesrv.kv_config import KVConfigManager
+from tidemq.namesrv.metrics import namesrv_exporter
 from tidemq.namesrv.processor import NamesrvProcessor
 from tidemq.namesrv.route_info_manager import RouteInfoManager
 from tidemq.remoting.connection import Connection
@@ -67,6 +70,12 @@ class NamesrvController:
         self.server.connection_listeners.append(self._connection_event)
         self._scan_task: asyncio.Task[None] | None = None
         self._bound_port: int | None = None
+        self.metrics_exporter: MetricsExporter | None = None
+        if self.config.metrics_exporter_type == "PROM":
+            requests = RequestMetrics("tidemq_namesrv")
+            self.server.set_request_observer(requests.observe)
+            self.metrics_exporter = namesrv_exporter(
+                self.config, self.route_info, lambda: len(self.server.connections), requests)
 
     @property
     def port(self) -> int:
@@ -93,6 +102,8 @@ class NamesrvController:
         self._scan_task = asyncio.get_running_loop().create_task(
             self._scan_not_active_brokers(), name="namesrv-broker-expiry-scan"
         )
+        if self.metrics_exporter is not None:
+            await self.metrics_exporter.start()
         log.info("name server listening on %s", self.address)
 
     async def shutdown(self, grace_s: float = 5.0) -> None:
@@ -102,6 +113,8 @@ class NamesrvController:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
             self._scan_task = None
+        if self.metrics_exporter is not None:
+            await self.metrics_exporter.stop()
         if self.acl is not None:
             await self.acl.stop()
         await self.server.stop(grace_s)

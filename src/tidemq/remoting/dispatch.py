@@ -26,6 +26,11 @@ Outcomes the peer sees (protocol-notes §1.5):
 - the handler raised: SYSTEM_ERROR (1), remark a short description of the exception (the
   traceback goes to the log).
 
+An *observer* (``set_observer``), when set, is told of every request answered or refused:
+``observer(request code, response code, seconds, count)``, once per request or once per
+group served together (``count`` requests, one duration); -1 as the response code means no
+response now (a held pull, a oneway request). It is how the metrics count requests.
+
 - a *request guard* is set and refuses the request (the broker's ACL check): the code and
   remark the guard gave; no handler runs. The guard sees every request before any routing,
   in the order they arrived, so nothing reaches a handler without passing it.
@@ -38,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -57,6 +63,9 @@ GroupHandler = Callable[
 # ``(response code, remark)`` to refuse it with. It runs on the loop for every request, so it
 # must be quick and must not await.
 RequestGuard = Callable[[RemotingCommand, "Connection"], "tuple[int, str] | None"]
+# ``observer(request code, response code, seconds, count)``: see the module docstring.
+RequestObserver = Callable[[int, int, float, int], None]
+NO_RESPONSE = -1
 
 # RocketMQ's broker queues at most 10,000 sends (sendThreadPoolQueueCapacity) before it
 # answers SYSTEM_BUSY; the same bound suits any one handler here.
@@ -127,6 +136,12 @@ class RequestDispatcher:
         self._default: _Route | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._guard: RequestGuard | None = None
+        self._observer: RequestObserver | None = None
+
+    def set_observer(self, observer: RequestObserver | None) -> None:
+        """Tell ``observer`` of every request answered or refused (module docstring);
+        None removes it. An observer must be quick and must not raise."""
+        self._observer = observer
 
     def set_guard(self, guard: RequestGuard | None) -> None:
         """Check every request with ``guard`` before it is routed (module docstring);
@@ -180,7 +195,7 @@ class RequestDispatcher:
         """``dispatch`` for a request the guard (if any) already let through."""
         route = self._routes.get(request.code, self._default)
         if route is None:
-            _refuse(
+            self._refuse(
                 request,
                 connection,
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -188,10 +203,11 @@ class RequestDispatcher:
             )
             return
         if route.pending >= route.max_pending:
-            _refuse(request, connection, ResponseCode.SYSTEM_BUSY, _busy_remark(request, route))
+            self._refuse(request, connection, ResponseCode.SYSTEM_BUSY,
+                         _busy_remark(request, route))
             return
         route.pending += 1
-        task = connection._loop.create_task(_serve(route, request, connection))
+        task = connection._loop.create_task(_serve(route, request, connection, self._observer))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -217,7 +233,8 @@ class RequestDispatcher:
                 self._dispatch_checked(request, connection)
                 continue
             if route.pending >= route.max_pending:
-                _refuse(request, connection, ResponseCode.SYSTEM_BUSY, _busy_remark(request, route))
+                self._refuse(request, connection, ResponseCode.SYSTEM_BUSY,
+                             _busy_remark(request, route))
                 continue
             route.pending += 1
             group = open_groups.get(request.code)
@@ -227,7 +244,8 @@ class RequestDispatcher:
             group.add(request)
         loop = connection._loop
         for group in groups:  # in order: tasks start in the order they are created
-            task = loop.create_task(_serve_group(group.route, group.requests, connection))
+            task = loop.create_task(_serve_group(group.route, group.requests, connection,
+                                                 self._observer))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -248,8 +266,14 @@ class RequestDispatcher:
         if refusal is None:
             return False
         code, remark = refusal
-        _refuse(request, connection, code, remark)
+        self._refuse(request, connection, code, remark)
         return True
+
+    def _refuse(self, request: RemotingCommand, connection: Connection, code: int,
+                remark: str) -> None:
+        _refuse(request, connection, code, remark)
+        if self._observer is not None:
+            self._observer(request.code, code, 0.0, 1)
 
     async def wait_idle(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for every running handler to finish.
@@ -270,7 +294,9 @@ class RequestDispatcher:
             await asyncio.wait(tasks)
 
 
-async def _serve(route: _Route, request: RemotingCommand, connection: Connection) -> None:
+async def _serve(route: _Route, request: RemotingCommand, connection: Connection,
+                 observer: RequestObserver | None = None) -> None:
+    started = time.perf_counter() if observer is not None else 0.0
     try:
         try:
             response = await route.handler(request, connection)
@@ -281,14 +307,19 @@ async def _serve(route: _Route, request: RemotingCommand, connection: Connection
             response = RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=describe_exception(exc))
         if response is not None:
             _answer(request, response, connection)
+        if observer is not None:
+            observer(request.code, NO_RESPONSE if response is None else response.code,
+                     time.perf_counter() - started, 1)
     finally:
         route.pending -= 1
         connection._request_done()
 
 
 async def _serve_group(
-    route: _Route, requests: list[RemotingCommand], connection: Connection
+    route: _Route, requests: list[RemotingCommand], connection: Connection,
+    observer: RequestObserver | None = None,
 ) -> None:
+    started = time.perf_counter() if observer is not None else 0.0
     try:
         try:
             responses = await route.group_handler(requests, connection)  # type: ignore[misc]
@@ -311,6 +342,8 @@ async def _serve_group(
         for request, response in zip(requests, responses, strict=True):
             if response is not None:
                 _answer(request, response, connection)
+        if observer is not None:
+            _observe_group(observer, requests, responses, time.perf_counter() - started)
         # Out now, not at the end of the loop iteration: the peer works on these responses
         # while the next group is served (GROUP_REQUESTS_MAX).
         connection._flush()
@@ -318,6 +351,17 @@ async def _serve_group(
         route.pending -= len(requests)
         for _ in requests:
             connection._request_done()
+
+
+def _observe_group(observer: RequestObserver, requests: list[RemotingCommand],
+                   responses: list[RemotingCommand | None], seconds: float) -> None:
+    """One observation per response code of the group (usually one: all succeeded)."""
+    codes: dict[int, int] = {}
+    for response in responses:
+        code = NO_RESPONSE if response is None else response.code
+        codes[code] = codes.get(code, 0) + 1
+    for code, count in codes.items():
+        observer(requests[0].code, code, seconds, count)
 
 
 def _answer(request: RemotingCommand, response: RemotingCommand, connection: Connection) -> None:

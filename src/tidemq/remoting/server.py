@@ -34,6 +34,7 @@ from tidemq.remoting.dispatch import (
     Handler,
     RequestDispatcher,
     RequestGuard,
+    RequestObserver,
 )
 from tidemq.remoting.errors import RemotingListenError
 from tidemq.remoting.sniffing_listener import SniffingListener
@@ -129,6 +130,11 @@ class RemotingServer:
         """Check every request with ``guard`` before any handler sees it (the ACL); a
         refusal is answered with the guard's code and remark (``tidemq.remoting.dispatch``)."""
         self._dispatcher.set_guard(guard)
+
+    def set_request_observer(self, observer: RequestObserver | None) -> None:
+        """Tell ``observer`` of every request answered or refused (the metrics; see
+        ``tidemq.remoting.dispatch``)."""
+        self._dispatcher.set_observer(observer)
 
     @property
     def bound_ports(self) -> list[int]:

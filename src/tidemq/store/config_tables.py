@@ -446,6 +446,10 @@ class ConsumerOffsetTable(ConfigTable):
     def __len__(self) -> int:
         return len(self._offsets)
 
+    def items(self) -> list[tuple[tuple[str, str], dict[int, int]]]:
+        """Every ((topic, group), queue id -> offset), copied (safe to keep)."""
+        return [(key, dict(queues)) for key, queues in self._split_items()]
+
     def _split_items(self) -> Iterator[tuple[tuple[str, str], dict[int, int]]]:
         for key, queues in self._offsets.items():
             topic, separator, group = key.partition(TOPIC_GROUP_SEPARATOR)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from tidemq.errors import StoreError
 from tidemq.store import rebuild, recovery
@@ -158,7 +159,9 @@ class FileMessageStore(StoreCore):
         # The time and end are read before the sync: everything up to them is then on disk.
         timestamp = self.commit_log.last_store_timestamp
         end = self.commit_log.max_offset()
+        started = time.perf_counter()
         flushed = self.commit_log.flush()
+        self.flush_latency.observe(time.perf_counter() - started)
         if flushed >= end and self.checkpoint is not None:
             self.checkpoint.physic_msg_timestamp = timestamp
         return flushed

@@ -81,6 +81,7 @@ from tidemq.store.record_encoder import (
 )
 from tidemq.store.replication import CommitLogReplica, read_chunk
 from tidemq.store.retention import RetentionPolicy
+from tidemq.timings import LatencyTally
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,9 @@ class StoreCore(MessageStore):
         self.commit_log = commit_log
         self.queues = queues
         self.index = index
+        # Commit-log syncs (flush threads write it, the metrics read it); a memory store
+        # never syncs, so its tally stays empty.
+        self.flush_latency = LatencyTally()
         self._dispatchers: list[Dispatcher] = [ConsumeQueueDispatcher(queues)]
         if index is not None:
             self._dispatchers.append(IndexDispatcher(index))

@@ -1,0 +1,178 @@
+"""The broker's Prometheus metrics (metricsExporterType=PROM; names in docs/monitoring.md).
+
+Nothing here runs per message. The send and pull processors already count per request into
+``BrokerStats`` (per topic, per topic and group, a put-latency tally); the store tallies its
+commit-log syncs; the remoting dispatcher reports each request (or group of requests) to
+``RequestMetrics``. ``BrokerCollector.collect`` reads all of it at scrape time, on the
+broker's event loop (the exporter serves there), and computes what is derived: a group's
+lag per topic from its committed offsets and the queues' max offsets (as
+GET_CONSUME_STATS, so it matches ``tidemq admin consumerProgress``), the depth of dead-letter
+and retry topics, the disk. Series are per topic and per (group, topic), never per queue,
+so their number follows the broker's topic and group tables.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from tidemq.metrics.exporter import MetricsExporter
+from tidemq.metrics.requests import RequestMetrics
+from tidemq.protocol.codes import TIDEMQ_VERSION
+
+if TYPE_CHECKING:
+    from tidemq.broker.parts import BrokerParts
+
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+
+
+class BrokerCollector:
+    """Collects the broker's metrics from its parts (see the module docstring).
+
+    Args:
+        parts: the broker's parts (stats, store, topics, offsets, config).
+        connection_count: how many client connections the broker has now.
+    """
+
+    def __init__(self, parts: BrokerParts, connection_count: Callable[[], int]) -> None:
+        self._parts = parts
+        self._connection_count = connection_count
+
+    def collect(self) -> Iterator[Metric]:
+        parts = self._parts
+        stats = parts.stats
+        config = parts.config
+        info = GaugeMetricFamily("tidemq_broker_info", "This broker: cluster, name, role.",
+                                 labels=("cluster", "broker", "broker_id", "role", "version"))
+        info.add_metric((config.broker_cluster_name, config.broker_name, str(config.broker_id),
+                         str(config.broker_role.value), str(TIDEMQ_VERSION)), 1)
+        yield info
+        yield from self._traffic(stats)
+        yield _histogram("tidemq_broker_put_latency_seconds",
+                         "Store puts (a send, a batch, or sends stored together), their "
+                         "SYNC_FLUSH wait included.", stats.put_latency)
+        flush = getattr(parts.store, "flush_latency", None)
+        if flush is not None:
+            yield _histogram("tidemq_broker_flush_latency_seconds",
+                             "Commit-log syncs to disk.", flush)
+        yield from self._store_positions()
+        yield from self._lag_and_depth()
+        yield from self._disk()
+        connections = GaugeMetricFamily("tidemq_broker_connections",
+                                        "Open client connections.")
+        connections.add_metric((), self._connection_count())
+        yield connections
+
+    def _traffic(self, stats) -> Iterator[Metric]:
+        messages_in = CounterMetricFamily(
+            "tidemq_broker_messages_in", "Messages stored, by topic.", labels=("topic",))
+        bytes_in = CounterMetricFamily(
+            "tidemq_broker_bytes_in", "Message body bytes stored, by topic.", labels=("topic",))
+        for topic, (count, size) in sorted(stats.topic_puts.items()):
+            messages_in.add_metric((topic,), count)
+            bytes_in.add_metric((topic,), size)
+        messages_out = CounterMetricFamily(
+            "tidemq_broker_messages_out", "Messages sent to consumers by pulls, by topic and "
+            "group.", labels=("topic", "group"))
+        bytes_out = CounterMetricFamily(
+            "tidemq_broker_bytes_out", "Stored record bytes sent to consumers, by topic and "
+            "group.", labels=("topic", "group"))
+        for (topic, group), (count, size) in sorted(stats.topic_gets.items()):
+            messages_out.add_metric((topic, group), count)
+            bytes_out.add_metric((topic, group), size)
+        failures = CounterMetricFamily("tidemq_broker_put_failures",
+                                       "Sends the store refused.")
+        failures.add_metric((), stats.put_message_failed_times)
+        yield from (messages_in, bytes_in, messages_out, bytes_out, failures)
+
+    def _store_positions(self) -> Iterator[Metric]:
+        store = self._parts.store
+        commit_log = GaugeMetricFamily(
+            "tidemq_broker_commit_log_offset", "Commit-log positions in bytes: min (oldest "
+            "kept) and max (the end; records are dispatched as they are appended).",
+            labels=("position",))
+        commit_log.add_metric(("min",), store.commit_log_min_offset())
+        commit_log.add_metric(("max",), store.commit_log_max_offset())
+        yield commit_log
+        dispatched = GaugeMetricFamily(
+            "tidemq_broker_topic_max_offset", "Sum over a topic's queues of the consume-queue "
+            "max offset: messages dispatched to the topic and still addressable.",
+            labels=("topic",))
+        for topic, topic_config in sorted(self._parts.topics.all().items()):
+            queues = max(topic_config.read_queue_nums, topic_config.write_queue_nums)
+            dispatched.add_metric((topic,), sum(store.max_offset(topic, queue_id)
+                                                for queue_id in range(queues)))
+        yield dispatched
+
+    def _lag_and_depth(self) -> Iterator[Metric]:
+        store = self._parts.store
+        lag = GaugeMetricFamily(
+            "tidemq_broker_consumer_lag", "Messages of a topic a group has not consumed yet: "
+            "per queue, max offset minus committed offset, summed (as consumerProgress).",
+            labels=("group", "topic"))
+        retry_depth = GaugeMetricFamily(
+            "tidemq_broker_retry_depth", "Messages waiting in a group's %RETRY% topic (its lag "
+            "there).", labels=("group",))
+        for (topic, group), offsets in sorted(self._parts.offsets.all_offsets()):
+            behind = sum(max(0, store.max_offset(topic, queue_id) - offset)
+                         for queue_id, offset in offsets.items())
+            lag.add_metric((group, topic), behind)
+            if topic == RETRY_PREFIX + group:
+                retry_depth.add_metric((group,), behind)
+        yield lag
+        yield retry_depth
+        dlq_depth = GaugeMetricFamily(
+            "tidemq_broker_dlq_depth", "Messages in a group's %DLQ% topic (max - min offset).",
+            labels=("group",))
+        for topic, topic_config in sorted(self._parts.topics.all().items()):
+            if topic.startswith(DLQ_PREFIX):
+                queues = max(topic_config.read_queue_nums, topic_config.write_queue_nums)
+                dlq_depth.add_metric((topic[len(DLQ_PREFIX):],), sum(
+                    store.max_offset(topic, q) - store.min_offset(topic, q)
+                    for q in range(queues)))
+        yield dlq_depth
+
+    def _disk(self) -> Iterator[Metric]:
+        root = self._parts.store_config.store_path_root_dir
+        try:
+            usage = shutil.disk_usage(root)
+        except OSError:
+            return
+        disk = GaugeMetricFamily(
+            "tidemq_broker_disk_bytes", "The store path's file system: total, used and free "
+            "bytes (storePathRootDir).", labels=("kind",))
+        disk.add_metric(("total",), usage.total)
+        disk.add_metric(("used",), usage.used)
+        disk.add_metric(("free",), usage.free)
+        yield disk
+        ratio = GaugeMetricFamily("tidemq_broker_disk_used_ratio",
+                                  "Used share of the store path's file system (0-1).")
+        ratio.add_metric((), usage.used / usage.total if usage.total else 0.0)
+        yield ratio
+
+
+def _histogram(name: str, documentation: str, tally) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, documentation)
+    family.add_metric((), tally.cumulative(), tally.sum_s)
+    return family
+
+
+def broker_exporter(parts: BrokerParts, connection_count: Callable[[], int],
+                    requests: RequestMetrics) -> MetricsExporter:
+    """The exporter of a broker configured with metricsExporterType=PROM (not started)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(parts, connection_count))
+    registry.register(requests)
+    config = parts.config
+    return MetricsExporter(registry, config.metrics_prom_exporter_host or config.broker_ip1,
+                           config.metrics_prom_exporter_port)
