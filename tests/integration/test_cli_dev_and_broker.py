@@ -43,12 +43,19 @@ def test_dev_runs_a_name_server_and_a_broker(tidemq_server, free_port, test_brok
     dev.start()
     banner = (f"tidemq dev: name server 127.0.0.1:{dev.port}, broker broker-a "
               f"127.0.0.1:{broker_port} (cluster DefaultCluster), store {store}")
-    printed = re.search(re.escape(banner) + r", console (http://127\.0\.0\.1:\d+/); "
-                        "Ctrl-C to stop", dev.stdout_path.read_text())
+    printed = re.search(re.escape(banner) + r", console (http://127\.0\.0\.1:\d+/), metrics "
+                        r"(http://127\.0\.0\.1:\d+/metrics) \(broker\) "
+                        r"(http://127\.0\.0\.1:\d+/metrics) \(name server\); Ctrl-C to stop",
+                        dev.stdout_path.read_text())
     assert printed, dev.stdout_path.read_text()
-    # The console it printed serves the cluster page (read-only unless --consoleWrite true).
+    # The console it printed serves the cluster page (read-only unless --consoleWrite true),
+    # and both metrics endpoints answer (metrics are on in dev).
     with urllib.request.urlopen(printed.group(1), timeout=30) as page:
         html = page.read().decode()
+    with urllib.request.urlopen(printed.group(2), timeout=30) as page:
+        assert "tidemq_broker_info{" in page.read().decode()
+    with urllib.request.urlopen(printed.group(3), timeout=30) as page:
+        assert "tidemq_namesrv_live_brokers{" in page.read().decode()
     assert f"127.0.0.1:{broker_port}" in html and "read-only" in html
 
     # The broker registered its built-in topics, TBW102 among them, with the name server.
