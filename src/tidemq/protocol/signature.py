@@ -38,10 +38,11 @@ UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 _NOT_SIGNED_BY_SERVER = frozenset({SIGNATURE, UNIQUE_MSG_QUERY_FLAG})
 
 
-def _java_order(key: str) -> bytes | str:
-    # Java's String.compareTo orders by UTF-16 code unit; for ASCII (every RocketMQ header
-    # field) that is Python's own order, so only other keys pay for the encoding.
-    return key if key.isascii() else key.encode("utf-16-be")
+def _java_order(key: str) -> bytes:
+    # Java's String.compareTo orders by UTF-16 code unit, which big-endian UTF-16 bytes
+    # compare in. For all-ASCII keys (every RocketMQ header field) Python's own order is the
+    # same, and signed_head skips this.
+    return key.encode("utf-16-be", "surrogatepass")
 
 
 def signed_head(
