@@ -64,7 +64,8 @@ class QueueCatalog:
         """The admin client, started on first use."""
         if self._admin is None:
             admin = sync.Admin(self.options.namesrv_addr,
-                               request_timeout_ms=self.options.request_timeout_ms)
+                               request_timeout_ms=self.options.request_timeout_ms,
+                               credentials=self.options.credentials)
             admin.start()
             self._admin = admin
         return self._admin
@@ -220,7 +221,8 @@ class QueueCatalog:
             return
         if self._committer is None:
             committer = sync.PullConsumer(group, self.options.namesrv_addr, auto_commit=False,
-                                          request_timeout_ms=self.options.request_timeout_ms)
+                                          request_timeout_ms=self.options.request_timeout_ms,
+                                          credentials=self.options.credentials)
             committer.start()
             self._committer = committer
         self._committer.commit_sync(dict(offsets))

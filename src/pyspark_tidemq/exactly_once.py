@@ -156,7 +156,8 @@ class ExactlyOnceDelivery(Delivery):
             return exactly_once_queue(queues, identity.partition, row_index)
 
         with ExactlyOnceClient(options.producer_group, options.namesrv_addr,
-                               send_timeout_ms=options.send_timeout_ms) as client:
+                               send_timeout_ms=options.send_timeout_ms,
+                               credentials=options.credentials) as client:
 
             def submit(queue: MessageQueue, chunk: Chunk):
                 return client.send_half_batch_async(identity, queue, chunk.body, chunk.count)
@@ -237,7 +238,8 @@ class ExactlyOnceDelivery(Delivery):
     def _client(self) -> ExactlyOnceClient:
         options = self.options
         return ExactlyOnceClient(options.producer_group, options.namesrv_addr,
-                                 send_timeout_ms=options.send_timeout_ms)
+                                 send_timeout_ms=options.send_timeout_ms,
+                                 credentials=options.credentials)
 
 
 def _reports(messages: Sequence[WriterCommitMessage | None]) -> list[ExactlyOnceCommitMessage]:

@@ -28,14 +28,20 @@ consumerGroup          commit processed offsets as this group       none (nothin
 includeProperties      true | false: add the properties column      false
 pullBatchSize          messages per pull request (1..1024)          1024
 requestTimeoutMs       timeout of one request to a broker           10000
+accessKey, secretKey   ACL credentials every request is signed with none (unsigned)
 ====================== ============================================ ==========================
 
 In offsets JSON, queues are keyed ``"brokerName:queueId"`` per topic; -2 means earliest and
 -1 latest. Queues a JSON leaves out start at earliest and end at latest.
 
+accessKey / secretKey go together; the secret key never appears in an error, a repr or a
+plan (Spark's default ``spark.redaction.regex`` hides options named like these in ``explain``
+and the UI, and ``Credentials`` hides it in its repr).
+
 Sink (``df.write`` / ``df.writeStream``): namesrvAddr (required), topic (overrides a topic
 column), producerGroup, sendBatchSize (messages per batch request, default 256),
-maxInFlightRequests (default 4), sendTimeoutMs (default 10000), and the guarantee:
+maxInFlightRequests (default 4), sendTimeoutMs (default 10000), accessKey and secretKey (ACL
+credentials, as for the source), and the guarantee:
 
 ====================== ============================================ ==========================
 exactlyOnce            true | false: rows are committed once per    false
@@ -59,6 +65,7 @@ from pyspark_tidemq.offsets import EARLIEST, LATEST, offsets_from_json, parse_qu
 from tidemq.client.errors import InvalidSubscription
 from tidemq.client.instance import parse_namesrv_addresses
 from tidemq.client.message import MessageQueue
+from tidemq.client.security import Credentials
 from tidemq.client.subscription import parse_tag_expression
 from tidemq.limits import group_name_problem, topic_name_problem
 
@@ -91,10 +98,12 @@ SOURCE_OPTIONS = (
     "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
     "maxOffsetsPerTrigger", "minPartitions", "maxRecordsPerPartition", "failOnDataLoss",
     "consumerGroup", "includeProperties", "pullBatchSize", "requestTimeoutMs",
+    "accessKey", "secretKey",
 )
 SINK_OPTIONS = (
     "namesrvAddr", "topic", "producerGroup", "sendBatchSize", "maxInFlightRequests",
     "sendTimeoutMs", "deliveryGuarantee", "exactlyOnce", "exactlyOnce.timeoutMs",
+    "accessKey", "secretKey",
 )
 
 _OFFSETS_EXAMPLE = '{"Orders": {"broker-a:0": 42, "broker-b:3": -2}}'
@@ -149,6 +158,7 @@ class SourceOptions:
     include_properties: bool = False
     pull_batch_size: int = PULL_BATCH_SIZE_MAX
     request_timeout_ms: int = REQUEST_TIMEOUT_MS
+    credentials: Credentials | None = field(default=None, repr=False)
 
     @property
     def reader_group(self) -> str:
@@ -173,6 +183,7 @@ class SinkOptions:
     send_timeout_ms: int = SEND_TIMEOUT_MS
     delivery_guarantee: DeliveryGuarantee = DeliveryGuarantee.AT_LEAST_ONCE
     exactly_once_timeout_ms: int = EXACTLY_ONCE_TIMEOUT_MS
+    credentials: Credentials | None = field(default=None, repr=False)
 
 
 class _Reader:
@@ -293,6 +304,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         pull_batch_size=reader.integer("pullBatchSize", 1, PULL_BATCH_SIZE_MAX)
         or PULL_BATCH_SIZE_MAX,
         request_timeout_ms=reader.integer("requestTimeoutMs", 1) or REQUEST_TIMEOUT_MS,
+        credentials=_credentials(reader),
     )
 
 
@@ -319,7 +331,19 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         delivery_guarantee=_guarantee(reader),
         exactly_once_timeout_ms=reader.integer("exactlyOnce.timeoutMs", 1000)
         or EXACTLY_ONCE_TIMEOUT_MS,
+        credentials=_credentials(reader),
     )
+
+
+def _credentials(reader: _Reader) -> Credentials | None:
+    access_key, secret_key = reader.text("accessKey"), reader.text("secretKey")
+    if access_key is None and secret_key is None:
+        return None
+    if access_key is None or secret_key is None:
+        # never echo the value given: it may be the secret
+        raise InvalidOption("options accessKey and secretKey go together: give both (the "
+                            "ACL account's keys) or neither")
+    return Credentials(access_key, secret_key)
 
 
 def _guarantee(reader: _Reader) -> DeliveryGuarantee:

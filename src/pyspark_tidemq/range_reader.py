@@ -80,7 +80,8 @@ class _QueuePuller:
         self.options = options
         self.range = queue_range
         self.instance = ClientInstance(options.namesrv_addr,
-                                       request_timeout_ms=options.request_timeout_ms)
+                                       request_timeout_ms=options.request_timeout_ms,
+                                       credentials=options.credentials)
         subscription = parse_tag_expression(queue_range.topic, options.tag_expression)
         self.fields_template = {
             "consumerGroup": options.reader_group,

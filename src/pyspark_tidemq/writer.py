@@ -86,7 +86,8 @@ class AtLeastOnceDelivery(Delivery):
             report.messages += result.count
 
         with EncodedBatchSender(options.producer_group, options.namesrv_addr,
-                                send_timeout_ms=options.send_timeout_ms) as client:
+                                send_timeout_ms=options.send_timeout_ms,
+                                credentials=options.credentials) as client:
 
             def submit(queue: MessageQueue, chunk: Chunk):
                 return client.send_async(queue, chunk.body, chunk.count)

@@ -139,3 +139,16 @@ def test_bad_sink_options_are_named(options, message):
         parse_sink_options(options)
 
     assert message in str(raised.value)
+
+
+def test_credentials_go_together_and_never_show_the_secret():
+    options = source(accessKey="spark-app", secretKey="s3cret-value")
+    assert options.credentials.access_key == "spark-app"
+    assert "s3cret-value" not in repr(options)
+    sink = parse_sink_options({"namesrvAddr": "127.0.0.1:9876", "accesskey": "spark-app",
+                               "SECRETKEY": "s3cret-value"})
+    assert sink.credentials.secret_key == "s3cret-value" and "s3cret-value" not in repr(sink)
+    with pytest.raises(InvalidOption, match="accessKey and secretKey go together") as caught:
+        source(secretKey="s3cret-value")
+    assert "s3cret-value" not in str(caught.value)
+    assert source().credentials is None
