@@ -264,6 +264,7 @@ def test_read_only_console_refuses_changes(dev_cluster) -> None:
                 try:
                     urllib.request.urlopen(server.url + "topics/update", data, timeout=30)
                 except urllib.error.HTTPError as e:
+                    e.close()
                     return e.code
                 return 200
 

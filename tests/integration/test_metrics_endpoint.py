@@ -164,9 +164,11 @@ def test_metrics_endpoint_answers_only_get_metrics(tidemq_cluster) -> None:
                                      "metricsPromExporterPort": port})
     with pytest.raises(urllib.error.HTTPError) as not_found:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=30)
+    not_found.value.close()
     assert not_found.value.code == 404
     request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", data=b"x",
                                      method="POST")
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=30)
+    refused.value.close()
     assert refused.value.code == 405
