@@ -11,6 +11,7 @@ import signal
 import click
 
 from tidemq.client.producer import default_namesrv
+from tidemq.client.security import ACCESS_KEY_ENV, SECRET_KEY_ENV, Credentials
 from tidemq.client.trace_data import TRACE_TOPIC_DEFAULT
 
 CONSOLE_PORT_DEFAULT = 8080  # RocketMQ Dashboard's port
@@ -28,8 +29,18 @@ CONSOLE_PORT_DEFAULT = 8080  # RocketMQ Dashboard's port
               help="Allow changes: create/update/delete topics, reset offsets, redrive dead "
                    "letters. Without it the console is read-only.")
 @click.option("--traceTopic", "trace_topic", default=TRACE_TOPIC_DEFAULT, show_default=True)
-def console(namesrv: str, host: str, port: int, write_enabled: bool, trace_topic: str) -> None:
+@click.option("--accessKey", "access_key", envvar=ACCESS_KEY_ENV, metavar="KEY",
+              help=f"ACL access key the console signs every request with [env "
+                   f"{ACCESS_KEY_ENV}].")
+@click.option("--secretKey", "secret_key", envvar=SECRET_KEY_ENV, metavar="KEY",
+              help=f"ACL secret key (never printed) [env {SECRET_KEY_ENV}].")
+def console(namesrv: str, host: str, port: int, write_enabled: bool, trace_topic: str,
+            access_key: str | None, secret_key: str | None) -> None:
     """Serve the web console (cluster, topics, groups, messages, traces, dead letters)."""
+    if bool(access_key) != bool(secret_key):
+        raise click.UsageError(f"give both --accessKey and --secretKey (or {ACCESS_KEY_ENV} "
+                               f"and {SECRET_KEY_ENV}), or neither")
+    credentials = Credentials(access_key, secret_key) if access_key and secret_key else None
     try:
         from tidemq.console.server import ConsoleServer
     except ImportError as e:
@@ -40,7 +51,7 @@ def console(namesrv: str, host: str, port: int, write_enabled: bool, trace_topic
 
     async def main() -> None:
         server = ConsoleServer(namesrv, host=host, port=port, write_enabled=write_enabled,
-                               trace_topic=trace_topic)
+                               trace_topic=trace_topic, credentials=credentials)
         try:
             await server.start()
         except OSError as e:

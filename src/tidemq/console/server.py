@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from aiohttp import web
 
 from tidemq.client.admin import Admin
+from tidemq.client.security import Credentials, TlsOption
 from tidemq.client.trace_data import TRACE_TOPIC_DEFAULT
 from tidemq.console.app import create_app
 from tidemq.console.sampler import SAMPLE_INTERVAL_S
@@ -24,16 +25,20 @@ class ConsoleServer:
             ``start``).
         write_enabled: allow changes (create/update/delete topics, reset offsets, redrive).
         trace_topic: where message traces are read from.
+        credentials: ACL keys the console's Admin signs every request with (a cluster with
+            ACL on answers only what that account may see and do).
+        tls: TLS towards the servers, as for ``Admin``.
     """
 
     def __init__(self, namesrv: str | Iterable[str], *, host: str = "127.0.0.1",
                  port: int = 8080, write_enabled: bool = False,
                  trace_topic: str = TRACE_TOPIC_DEFAULT,
-                 sample_interval_s: float = SAMPLE_INTERVAL_S) -> None:
+                 sample_interval_s: float = SAMPLE_INTERVAL_S,
+                 credentials: Credentials | None = None, tls: TlsOption = None) -> None:
         self.host = host
         self.port = port
         self.write_enabled = write_enabled
-        self._admin = Admin(namesrv)
+        self._admin = Admin(namesrv, credentials=credentials, tls=tls)
         self._app = create_app(self._admin, write_enabled=write_enabled,
                                trace_topic=trace_topic, sample_interval_s=sample_interval_s)
         self._runner: web.AppRunner | None = None
