@@ -15,8 +15,17 @@ import pytest
 from click.testing import CliRunner
 
 from tidemq.cli.admin_command import admin as admin_cli
-from tidemq.client import Admin, ConsumeResult, Message, MessageExt, Producer, PushConsumer
-from tidemq.client.trace_data import TraceType
+from tidemq.client import (
+    Admin,
+    ConsumeResult,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+    TransactionProducer,
+    TransactionState,
+)
+from tidemq.client.trace_data import MessageType, TraceType
 from tidemq.client.trace_query import MessageTrace, query_message_trace
 
 pytestmark = pytest.mark.integration
@@ -189,3 +198,31 @@ def test_send_succeeds_when_the_trace_topic_cannot_be_written(tidemq_cluster) ->
 
     sent, failed, results = asyncio.run(scenario())
     assert (sent, failed, results) == (0, 25, 6)
+
+
+def test_transaction_trace_has_the_half_and_its_end(tidemq_cluster) -> None:
+    cluster = tidemq_cluster(broker_overrides={"traceTopicEnable": "true"})
+    namesrv = cluster.namesrv_addr
+
+    async def scenario() -> MessageTrace:
+        async with TransactionProducer("traced_tx_producer", namesrv,
+                                       enable_msg_trace=True) as producer:
+            result = await producer.send_in_transaction(
+                Message("TracedTx", b"debit 10", keys=["tx-7"]),
+                lambda message: TransactionState.COMMIT)
+        async with Admin(namesrv) as admin:
+            return await wait_for_trace(
+                admin, result.msg_id,
+                lambda t: len(t.sends) == 1 and len(t.transaction_ends) == 1,
+                "the half's Pub and its EndTransaction")
+
+    trace = asyncio.run(scenario())
+    (pub,) = trace.sends
+    (end,) = trace.transaction_ends
+    assert pub.msg_type == MessageType.TRANSACTION_HALF and pub.keys == "tx-7"
+    assert (end.group, end.topic, end.keys, end.transaction_state,
+            end.from_transaction_check) == (
+        "traced_tx_producer", "TracedTx", "tx-7", "COMMIT_MESSAGE", False)
+    assert end.msg_type == MessageType.TRANSACTION_COMMIT
+    assert end.transaction_id == trace.msg_id
+    assert end.timestamp_ms >= pub.timestamp_ms
