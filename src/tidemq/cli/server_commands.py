@@ -41,6 +41,12 @@ EXIT_START_FAILED = 1
 # The dev command's own settings; every other --<key> is a broker or store key.
 DEV_NAMESRV_PORT_KEY = "namesrvPort"
 DEV_DEFAULT_NAMESRV_PORT = 9876
+# tidemq dev's commit-log segment (a broker's default is RocketMQ's 1 GiB). A segment's disk is
+# reserved whole when it is made (a full disk then fails cleanly, see store/mapped_file.py)
+# and the next one is prepared ahead (warmMapedFileEnable), so a first start holds two
+# segments: 2 x 64 MiB plus the 20 MB index keeps it under 200 MB, and 64 MiB still holds
+# the largest message (4 MiB) many times. Give --mappedFileSizeCommitLog to change it.
+DEV_COMMIT_LOG_SEGMENT_BYTES = 64 * 1024 * 1024
 
 
 def _config_file_option(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -137,7 +143,8 @@ def dev(ctx: click.Context, log_level: str, log_dir: Path | None, log_max_bytes:
     [--<key> value ...]
 
     Data goes to ./tidemq-data unless --storePathRootDir says otherwise; any broker or store
-    key may be given (e.g. --flushDiskType SYNC_FLUSH).
+    key may be given (e.g. --flushDiskType SYNC_FLUSH). A new store gets 64 MiB commit-log
+    segments (a broker's default is 1 GiB), so a first start holds well under 200 MB.
     """
     setup_logging(log_level)
     from tidemq.namesrv import NamesrvConfig, NamesrvController
@@ -164,6 +171,8 @@ def dev(ctx: click.Context, log_level: str, log_dir: Path | None, log_max_bytes:
     broker_config, store_config = _load_broker_or_exit(
         "dev", [broker_config_class, store_config_class], None, overrides
     )
+    if "mappedFileSizeCommitLog" not in overrides:
+        store_config = _with_dev_segment_size(store_config)
     _log_to_file_or_exit("dev", log_dir or Path(store_config.store_path_root_dir) / "logs",
                          "dev", log_max_bytes, log_file_count)
 
@@ -290,6 +299,18 @@ def _load_or_exit(command: str, targets: list[type], config_file: Path | None,
         for key, shown in (rename or {}).items():
             message = message.replace(key, shown)
         _fail(command, message, EXIT_CONFIG_ERROR)
+
+
+def _with_dev_segment_size(store_config: Any) -> Any:
+    """``tidemq dev``'s commit-log segments: DEV_COMMIT_LOG_SEGMENT_BYTES for a new store, the
+    size of the segments already there for an existing one (a segment size cannot change
+    under a store)."""
+    import dataclasses
+
+    commit_log = Path(store_config.store_path_root_dir) / "commitlog"
+    existing = sorted(commit_log.glob("[0-9]" * 20)) if commit_log.is_dir() else []
+    size = existing[0].stat().st_size if existing else DEV_COMMIT_LOG_SEGMENT_BYTES
+    return dataclasses.replace(store_config, mapped_file_size_commit_log=size)
 
 
 def _log_to_file_or_exit(command: str, log_dir: Path, name: str, max_bytes: int,
