@@ -203,7 +203,9 @@ class AdminProcessor:
         )
         self._topics.update(topic_config)
         log.info("topic %s created or updated by an admin request: %s", topic, topic_config)
-        await self._registration.register_all()
+        # Only this topic: the whole table would cost the square of the topic count over a
+        # run of creates (namesrv_registration.py).
+        await self._registration.register_topics([topic])
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def _delete_topic(self, request: RemotingCommand) -> RemotingCommand:

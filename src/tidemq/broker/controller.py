@@ -45,6 +45,7 @@ from tidemq.acl.acl_file import acl_file_of
 from tidemq.acl.admin_requests import AclAdminProcessor
 from tidemq.acl.service import AclService
 from tidemq.broker.admin_processor import AdminProcessor
+from tidemq.broker.background_saver import BackgroundSaver
 from tidemq.broker.client_admin import ClientAdmin
 from tidemq.broker.client_processor import ClientManageProcessor
 from tidemq.broker.config import BrokerConfig
@@ -132,6 +133,8 @@ class BrokerController:
         self.stats = parts.stats
         self.config_dir = parts.config_dir
         self.topic_config_manager = parts.topics
+        self.topics_saver = BackgroundSaver(
+            parts.topics.snapshot_if_dirty, parts.topics.write_snapshot, "topics.json")
         self.consumer_offset_manager = parts.offsets
         self.subscription_group_manager = parts.groups
         self.clients = parts.clients
@@ -255,6 +258,9 @@ class BrokerController:
             await self.server.start()
             if self.config.listen_port == 0:  # a test asked for any free port
                 self.identity.bound(self.server.bound_ports[0])
+            # topics.json is written in the background from now on, many changes a save.
+            self.topics_saver.start()
+            self.topic_config_manager.defer_persistence(self.topics_saver.schedule)
             if self.acl is not None:
                 self.acl.start()
             if self.role.replication is not None:
@@ -311,6 +317,8 @@ class BrokerController:
             await self.transaction_service.shutdown()
         if self.role.replication is not None:
             await self.role.replication.stop()
+        self.topic_config_manager.defer_persistence(None)
+        await self.topics_saver.stop()  # writes what changed since its last save
         if self._retention_run is not None:
             # The worker thread cannot be cancelled; the store must not close under it.
             with contextlib.suppress(Exception):
@@ -357,11 +365,12 @@ class BrokerController:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _topics_changed(self) -> None:
-        # Called by the topic manager on the loop thread; before start there is no one to
-        # tell (start registers the whole table anyway).
+    def _topics_changed(self, topics: tuple[str, ...] | None) -> None:
+        # Called by the topic manager on the loop thread with the topics created or changed
+        # (None: removed); before start there is no one to tell (start registers the whole
+        # table anyway).
         if self._started and not self._stopped:
-            self.registration.trigger()
+            self.registration.trigger(topics)
 
     async def _retention_loop(self) -> None:
         loop = asyncio.get_running_loop()

@@ -6,7 +6,13 @@ A broker registers with every configured name server (protocol-notes §4.11, §1
 - every ``registerNameServerPeriod`` (30 s, clamped to 10-60 s): a name server drops a broker
   it has not heard from for 120 s;
 - at once when its topic table changes (a topic created by a send or by an admin, deleted),
-  so producers and consumers see the change within their next route refresh.
+  so producers and consumers see the change within their next route refresh. A round for
+  created or changed topics sends only those (RocketMQ's registerIncrementBrokerData): the
+  whole table of a broker with 10,000 topics is megabytes for the broker to send and each
+  name server to parse, so creating topics one after another cost the square of their
+  number. The table's DataVersion travels with the increment; the periodic round sends the
+  whole table. A removed topic leaves the name servers by DELETE_TOPIC_IN_NAMESRV (the
+  admin sends it), so a removal triggers a whole-table round only to carry the new version.
 
 One registration round sends REGISTER_BROKER to all name servers concurrently, each with its
 own timeout (``registerBrokerTimeoutMills``), so a name server that is down or slow delays
@@ -79,6 +85,8 @@ class NameServerRegistration:
         self._topics = topics
         self._client = client
         self._wake = asyncio.Event()
+        # Topics changed since the last round; None: the next round sends the whole table.
+        self._changed_topics: set[str] | None = set()
         self._round_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         # Per name server: True after a success, False after a failure (None = not tried).
@@ -103,8 +111,13 @@ class NameServerRegistration:
             self._run(), name="tidemq-namesrv-registration"
         )
 
-    def trigger(self) -> None:
-        """Ask for a registration round soon (the topic table changed). Never blocks."""
+    def trigger(self, topics: tuple[str, ...] | None = None) -> None:
+        """Ask for a registration round soon: of ``topics`` (created or changed), or of the
+        whole table (None). Never blocks."""
+        if topics is None:
+            self._changed_topics = None
+        elif self._changed_topics is not None:
+            self._changed_topics.update(topics)
         self._wake.set()
 
     async def stop(self) -> None:
@@ -124,20 +137,35 @@ class NameServerRegistration:
                 async with asyncio.timeout(period_s):
                     await self._wake.wait()
             try:
-                await self.register_all()
+                changed = self._changed_topics
+                if changed is None or not self._wake.is_set():
+                    await self.register_all()  # the period passed, or a removal
+                else:
+                    self._wake.clear()
+                    if changed:  # empty: an admin's register_topics carried them already
+                        await self.register_topics(changed)
             except Exception:  # a bug here must not end registration for good
                 log.exception("name-server registration round failed")
 
     # -- one round -------------------------------------------------------------------------
 
-    def register_body(self) -> bytes:
-        """The RegisterBrokerBody JSON of the broker's current topic table.
+    def register_body(self, topics: set[str] | None = None) -> bytes:
+        """The RegisterBrokerBody JSON of the broker's current topic table, or of only
+        ``topics`` (those still in it) with the table's DataVersion.
 
         A broker whose brokerPermission is not read-write (4 = read-only, 2 = write-only)
         registers every topic with that permission, as RocketMQ does, so clients stop
         writing to (or reading from) it.
         """
-        wrapper = self._topics.serialize_wrapper()
+        if topics is None:
+            wrapper = self._topics.serialize_wrapper()
+        else:
+            configs = {name: self._topics.get(name) for name in sorted(topics)}
+            wrapper = {
+                "dataVersion": self._topics.data_version.to_json_object(),
+                "topicConfigTable": {name: config.to_json_object()
+                                     for name, config in configs.items() if config is not None},
+            }
         broker_permission = self._config.broker_permission
         if broker_permission & (PERM_READ | PERM_WRITE) != PERM_READ | PERM_WRITE:
             for topic_config in wrapper["topicConfigTable"].values():
@@ -159,10 +187,26 @@ class NameServerRegistration:
             # Cleared right before the body is built: this round carries every change made
             # so far, and a change made from here on sets the event again.
             self._wake.clear()
-            return await self._register_round(addresses)
+            self._changed_topics = set()
+            return await self._register_round(addresses, self.register_body())
 
-    async def _register_round(self, addresses: list[str]) -> dict[str, bool]:
-        body = self.register_body()
+    async def register_topics(self, topics: set[str] | list[str]) -> dict[str, bool]:
+        """Send REGISTER_BROKER with only ``topics`` (created or changed) to every name server
+        at once and wait for all answers (RocketMQ's registerIncrementBrokerData).
+
+        Returns:
+            As ``register_all``.
+        """
+        addresses = self.namesrv_addresses
+        wanted = set(topics)
+        if self._changed_topics is not None:
+            self._changed_topics -= wanted  # this round carries them
+        if not addresses:
+            return {}
+        async with self._round_lock:
+            return await self._register_round(addresses, self.register_body(wanted))
+
+    async def _register_round(self, addresses: list[str], body: bytes) -> dict[str, bool]:
         identity = self._identity
         header = RegisterBrokerRequestHeader(
             broker_name=identity.broker_name,

@@ -78,7 +78,7 @@ class BrokerParts:
         store_config: StoreConfig,
         store: MessageStore,
         *,
-        on_topics_changed: Callable[[], None] | None = None,
+        on_topics_changed: Callable[[tuple[str, ...] | None], None] | None = None,
     ) -> BrokerParts:
         """Make every part; the JSON tables are loaded from ``<storePathRootDir>/config``.
 

@@ -16,8 +16,12 @@ Topics come from three places (protocol-notes §11.3):
   (``create_topic_in_send_process``), and retry / dead-letter topics are created when first
   needed (``create_topic_for_send_back``).
 
-Every change bumps the table's DataVersion, is persisted, and calls ``on_change`` (the
-controller then registers with the name servers). Owner: the event loop thread.
+Every change bumps the table's DataVersion, is persisted, and calls ``on_change`` with the
+names of the topics created or changed (None when topics were removed; the controller then
+registers them with the name servers). Persisting means writing topics.json at once, until
+the running broker hands it to a background saver (``defer_persistence``): then a change
+only marks the table to be saved, and the save runs in a worker thread, many changes in one
+write (``background_saver.py``). Owner: the event loop thread.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tidemq.broker.config import (
@@ -92,13 +97,22 @@ def is_not_allowed_send_topic(topic: str) -> bool:
     return topic in NOT_ALLOWED_SEND_TOPICS
 
 
+@dataclass(frozen=True, slots=True)
+class TopicsSnapshot:
+    """topics.json's bytes and the number of changes they hold (counts up)."""
+
+    version: int
+    data: bytes
+
+
 class TopicConfigManager:
     """The topics of one broker, persisted in ``topics.json``.
 
     Args:
         config: the broker's settings (names and switches of the built-in topics).
         config_dir: ``<storePathRootDir>/config``; topics.json lives there.
-        on_change: called after every change of the table (on the caller's thread).
+        on_change: called after every change of the table (on the caller's thread) with
+            the names of the topics created or changed, or None when topics were removed.
 
     Raises:
         ConfigFileCorrupt: topics.json and its .bak are both unreadable.
@@ -109,11 +123,16 @@ class TopicConfigManager:
         config: BrokerConfig,
         config_dir: str | Path,
         *,
-        on_change: Callable[[], None] | None = None,
+        on_change: Callable[[tuple[str, ...] | None], None] | None = None,
     ) -> None:
         self._config = config
         self._file = ConfigFile(Path(config_dir) / TopicConfigTable.file_name)
         self._on_change = on_change
+        self._persist_soon: Callable[[], None] | None = None
+        # Changes counted here, not by the table's DataVersion: a slave takes its master's
+        # version, which may be lower, and the file skips saves older than what it holds.
+        self._changes = 0
+        self._changes_persisted = -1
         self._system_topics = set(_FIXED_SYSTEM_TOPICS)
         self._table = TopicConfigTable.load(self._file)
         version_before = self._table.data_version.counter
@@ -188,13 +207,13 @@ class TopicConfigManager:
         before = self._table.data_version.counter
         self._table.put(topic_config)
         if self._table.data_version.counter != before:
-            self._changed()
+            self._changed((topic_config.topic_name,))
 
     def delete(self, topic: str) -> bool:
         """Forget a topic's config; returns False when there was none."""
         if self._table.remove(topic) is None:
             return False
-        self._changed()
+        self._changed(None)
         return True
 
     def sync_from_master(self, master: TopicConfigTable) -> bool:
@@ -209,7 +228,7 @@ class TopicConfigManager:
             return False
         self._table = TopicConfigTable(list(master), DataVersion(
             master.data_version.counter, master.data_version.timestamp_ms))
-        self._changed()
+        self._changed(None)
         return True
 
     def create_topic_in_send_process(
@@ -260,7 +279,7 @@ class TopicConfigManager:
             queue_nums,
             topic_config.perm,
         )
-        self._changed()
+        self._changed((topic,))
         return topic_config
 
     def create_topic_for_send_back(
@@ -275,7 +294,7 @@ class TopicConfigManager:
         )
         self._table.put(topic_config)
         log.info("topic %s created: %d queues, perm %d", topic, queue_nums, perm)
-        self._changed()
+        self._changed((topic,))
         return topic_config
 
     def update_perm(self, topic: str, perm: int) -> TopicConfig | None:
@@ -286,15 +305,45 @@ class TopicConfigManager:
         self.update(dataclasses.replace(existing, perm=perm))
         return self._table.get(topic)
 
+    # -- persistence -----------------------------------------------------------------------
+
+    def defer_persistence(self, persist_soon: Callable[[], None] | None) -> None:
+        """From now on a change calls ``persist_soon`` (a background saver's ``schedule``)
+        instead of writing topics.json on the caller's thread; None writes at once again.
+        The saver writes through ``snapshot_if_dirty`` and ``write_snapshot``."""
+        self._persist_soon = persist_soon
+
+    def snapshot_if_dirty(self) -> TopicsSnapshot | None:
+        """topics.json's bytes to write now, or None when the file holds the table already."""
+        if self._changes == self._changes_persisted:
+            return None
+        return TopicsSnapshot(self._changes, self._table.to_json(pretty=True))
+
+    def write_snapshot(self, snapshot: TopicsSnapshot) -> None:
+        """Write a snapshot atomically (may run in a worker thread; an older one than the
+        file holds is skipped).
+
+        Raises:
+            StoreFull, StoreError: the write failed; the table stays dirty.
+        """
+        if self._file.save(snapshot.data, version=snapshot.version):
+            self._changes_persisted = snapshot.version
+
     # -- internals -------------------------------------------------------------------------
 
-    def _changed(self) -> None:
-        self._persist()
+    def _changed(self, topics: tuple[str, ...] | None) -> None:
+        self._changes += 1
+        if self._persist_soon is None:
+            self._persist()
+        else:
+            self._persist_soon()
         if self._on_change is not None:
-            self._on_change()
+            self._on_change(topics)
 
     def _persist(self) -> None:
-        self._table.save(self._file)
+        snapshot = self.snapshot_if_dirty()
+        if snapshot is not None:
+            self.write_snapshot(snapshot)
 
     def _file_exists(self) -> bool:
         return self._file.path.exists()

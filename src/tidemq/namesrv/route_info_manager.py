@@ -99,7 +99,9 @@ class RouteInfoManager:
             connection: what the registration arrived over; when it closes, call
                 ``connection_closed`` with it.
             delete_missing_topics: a master whose topic table changed also leaves the topics
-                it no longer lists (only when the table it sent is not empty).
+                it no longer lists (only when it sent its whole table, which lists the
+                broker's own topic ``<brokerName>``; an incremental registration deletes
+                nothing).
 
         Returns:
             For a slave whose master (id 0 of the same broker name) is live, the master's
@@ -133,7 +135,10 @@ class RouteInfoManager:
             if updated:
                 log.info("%s: %d topic route(s) new or changed (%d topics registered)",
                          broker_name, updated, len(body.topic_configs))
-            if delete_missing_topics and body.topic_configs:
+            # Only a whole table says which topics are gone: a broker's whole table always
+            # lists the built-in topic named after the broker, an increment (the topics
+            # just created or changed, RocketMQ's registerIncrementBrokerData) does not.
+            if delete_missing_topics and broker_name in body.topic_configs:
                 self._remove_topics_not_listed(broker_name, body.topic_configs)
 
         previous_live = self.broker_live_table.get(broker_addr)

@@ -143,8 +143,10 @@ def test_topic_change_triggers_a_registration_round(make_broker, fake_namesrv):
                 await broker.shutdown(grace_s=1.0)
 
     added, deleted = asyncio.run(scenario())
-    assert "Added" in added["topicConfigSerializeWrapper"]["topicConfigTable"]
+    # A created topic is registered alone; a removal sends the whole (smaller) table.
+    assert list(added["topicConfigSerializeWrapper"]["topicConfigTable"]) == ["Added"]
     assert "Added" not in deleted["topicConfigSerializeWrapper"]["topicConfigTable"]
+    assert "TBW102" in deleted["topicConfigSerializeWrapper"]["topicConfigTable"]
     assert (
         deleted["topicConfigSerializeWrapper"]["dataVersion"]["counter"]
         > added["topicConfigSerializeWrapper"]["dataVersion"]["counter"]
@@ -277,3 +279,25 @@ def test_topics_become_routable_through_a_real_name_server(make_broker, handlers
     queue_data = json.loads(after.body)["queueDatas"][0]
     assert (queue_data["brokerName"], queue_data["writeQueueNums"]) == ("broker-n", 4)
     assert gone.code == ResponseCode.TOPIC_NOT_EXIST  # unregistered at shutdown
+
+
+def test_topics_json_is_written_in_the_background_and_at_shutdown(make_broker, tmp_path):
+    root = tmp_path / "store"
+    topics_file = root / "config" / "topics.json"
+
+    async def scenario():
+        broker = make_broker(root=root)
+        await broker.start()
+        try:
+            for index in range(50):  # one save in the background carries many changes
+                broker.topic_config_manager.update(TopicConfig(f"Burst{index}", 1, 1))
+            async with asyncio.timeout(10):
+                while "Burst49" not in topics_file.read_text():
+                    await asyncio.sleep(0.01)
+            broker.topic_config_manager.update(TopicConfig("AtTheEnd", 1, 1))
+        finally:
+            await broker.shutdown(grace_s=1.0)
+
+    asyncio.run(scenario())
+    saved = json.loads(topics_file.read_text())["topicConfigTable"]
+    assert "Burst0" in saved and "AtTheEnd" in saved

@@ -24,7 +24,7 @@ def manager(config_dir, changes=None, **overrides):
     return TopicConfigManager(
         BrokerConfig(**overrides),
         config_dir,
-        on_change=(lambda: changes.append(1)) if changes is not None else None,
+        on_change=(lambda topics: changes.append(1)) if changes is not None else None,
     )
 
 
@@ -161,3 +161,32 @@ def test_system_topics(config_dir):
     assert is_not_allowed_send_topic("OFFSET_MOVED_EVENT")
     assert not is_not_allowed_send_topic("TBW102")
     assert not is_not_allowed_send_topic("BenchmarkTest")
+
+
+def test_changes_name_the_topics_created_or_changed_and_removals_name_none(config_dir):
+    told = []
+    topics = TopicConfigManager(BrokerConfig(), config_dir, on_change=told.append)
+    topics.update(TopicConfig("Orders", 4, 4))
+    topics.create_topic_for_send_back("%RETRY%g", 1, 6)
+    topics.delete("Orders")
+    assert told == [("Orders",), ("%RETRY%g",), None]
+
+
+def test_deferred_persistence_writes_through_snapshots(config_dir):
+    topics = manager(config_dir)
+    scheduled = []
+    topics.defer_persistence(lambda: scheduled.append(1))
+    topics.update(TopicConfig("Orders", 4, 4))
+    path = config_dir / "topics.json"
+    assert "Orders" not in path.read_text()  # not written on the caller's thread
+    assert scheduled == [1]
+    snapshot = topics.snapshot_if_dirty()
+    assert snapshot is not None
+    topics.update(TopicConfig("Refunds", 2, 2))
+    newer = topics.snapshot_if_dirty()
+    topics.write_snapshot(newer)
+    topics.write_snapshot(snapshot)  # an older snapshot finishing late is skipped
+    assert topics.snapshot_if_dirty() is None
+    saved = path.read_text()
+    assert "Orders" in saved and "Refunds" in saved
+    assert set(manager(config_dir).all()) >= {"Orders", "Refunds"}

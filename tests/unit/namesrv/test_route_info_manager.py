@@ -243,12 +243,16 @@ def test_data_version_tracking():
 
 def test_registration_can_drop_topics_the_master_no_longer_lists():
     manager = RouteInfoManager()
-    register(manager, registration=body(1, "Orders", "Old"))
-    register(manager, registration=body(2, "Orders"), delete_missing_topics=True)
-    assert manager.all_topics() == ["Orders"]
+    register(manager, registration=body(1, "broker-a", "Orders", "Old"))
+    # An increment (only the topics just created) drops nothing, even with the option on.
+    register(manager, registration=body(2, "Fresh"), delete_missing_topics=True)
+    assert manager.all_topics() == ["Fresh", "Old", "Orders", "broker-a"]
+    # A whole table (it lists the broker's own topic) drops what it no longer lists.
+    register(manager, registration=body(3, "broker-a", "Orders"), delete_missing_topics=True)
+    assert manager.all_topics() == ["Orders", "broker-a"]
     # Off (the 4.x default): a registration listing only changed topics keeps the others.
-    register(manager, registration=body(3, "New"))
-    assert manager.all_topics() == ["New", "Orders"]
+    register(manager, registration=body(4, "New"))
+    assert manager.all_topics() == ["New", "Orders", "broker-a"]
 
 
 def test_filter_servers_appear_in_the_route():
