@@ -83,6 +83,7 @@ class DevServer:
         )
         wait_for_port(broker_port)
         self.namesrv = f"127.0.0.1:{self.namesrv_port}"
+        self.broker_port = broker_port
 
     def stop(self) -> None:
         self.process.terminate()

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 log = logging.getLogger("tidemq.broker")
@@ -31,6 +32,15 @@ S = TypeVar("S")
 
 # Saves at most this often while changes keep coming (a burst of creates costs a few saves).
 SAVE_INTERVAL_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class TableSnapshot:
+    """A table file's bytes and the number of changes they hold (it only counts up, so the
+    config file can skip a save older than the one it wrote)."""
+
+    version: int
+    data: bytes
 
 
 class BackgroundSaver(Generic[S]):

@@ -135,6 +135,8 @@ class BrokerController:
         self.topic_config_manager = parts.topics
         self.topics_saver = BackgroundSaver(
             parts.topics.snapshot_if_dirty, parts.topics.write_snapshot, "topics.json")
+        self.groups_saver = BackgroundSaver(
+            parts.groups.snapshot_if_dirty, parts.groups.write_snapshot, "subscriptionGroup.json")
         self.consumer_offset_manager = parts.offsets
         self.subscription_group_manager = parts.groups
         self.clients = parts.clients
@@ -258,9 +260,12 @@ class BrokerController:
             await self.server.start()
             if self.config.listen_port == 0:  # a test asked for any free port
                 self.identity.bound(self.server.bound_ports[0])
-            # topics.json is written in the background from now on, many changes a save.
+            # topics.json and subscriptionGroup.json are written in the background from now
+            # on, many changes a save (background_saver.py).
             self.topics_saver.start()
             self.topic_config_manager.defer_persistence(self.topics_saver.schedule)
+            self.groups_saver.start()
+            self.subscription_group_manager.defer_persistence(self.groups_saver.schedule)
             if self.acl is not None:
                 self.acl.start()
             if self.role.replication is not None:
@@ -319,6 +324,8 @@ class BrokerController:
             await self.role.replication.stop()
         self.topic_config_manager.defer_persistence(None)
         await self.topics_saver.stop()  # writes what changed since its last save
+        self.subscription_group_manager.defer_persistence(None)
+        await self.groups_saver.stop()
         if self._retention_run is not None:
             # The worker thread cannot be cancelled; the store must not close under it.
             with contextlib.suppress(Exception):

@@ -10,8 +10,11 @@ send-back) when ``autoCreateSubscriptionGroup=true`` (the default), and always f
 system groups (``CID_RMQ_SYS_`` prefix). With auto-creation off, an admin creates groups with
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (``tidemq admin updateSubGroup``).
 
-Changes are rare and written to ``<storePathRootDir>/config/subscriptionGroup.json`` at once
-(atomically, with a .bak), as RocketMQ does.
+Changes are written to ``<storePathRootDir>/config/subscriptionGroup.json`` (atomically, with
+a .bak): at once, as RocketMQ does, until the running broker hands the writing to a
+background saver (``defer_persistence``, ``background_saver.py``), which writes many changes
+in one save off the event loop: every new consumer group is a change, and at a thousand
+groups writing the whole file on the loop made each new group's first heartbeat slow.
 
 Ownership: the event-loop thread.
 """
@@ -20,8 +23,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tidemq.broker.background_saver import TableSnapshot
 from tidemq.errors import StoreError
 from tidemq.store.config_file import ConfigFile
 from tidemq.store.config_tables import (
@@ -61,6 +66,9 @@ class SubscriptionGroupManager:
         self._file = ConfigFile(path)
         self._config = config
         self._table = SubscriptionGroupTable.load(self._file)
+        self._persist_soon: Callable[[], None] | None = None
+        self._changes = 0  # counts up, unlike a slave's table version (topic_config_manager)
+        self._changes_persisted = -1
         for group in BUILT_IN_GROUPS:
             if self._table.get(group) is None:
                 self._table.put(SubscriptionGroupConfig(group))
@@ -137,9 +145,37 @@ class SubscriptionGroupManager:
         return self._table.to_json()
 
     def persist(self) -> None:
-        """Write subscriptionGroup.json now (atomically, keeping a .bak).
+        """Record a change: write subscriptionGroup.json now (atomically, keeping a .bak), or
+        have the background saver write it soon (``defer_persistence``).
 
         Raises:
             StoreFull, StoreError: the write failed (the change stays in memory).
         """
-        self._table.save(self._file)
+        self._changes += 1
+        if self._persist_soon is not None:
+            self._persist_soon()
+            return
+        snapshot = self.snapshot_if_dirty()
+        if snapshot is not None:
+            self.write_snapshot(snapshot)
+
+    def defer_persistence(self, persist_soon: Callable[[], None] | None) -> None:
+        """From now on a change calls ``persist_soon`` instead of writing the file on the
+        caller's thread; None writes at once again."""
+        self._persist_soon = persist_soon
+
+    def snapshot_if_dirty(self) -> TableSnapshot | None:
+        """The file's bytes to write now, or None when the file holds the table already."""
+        if self._changes == self._changes_persisted:
+            return None
+        return TableSnapshot(self._changes, self._table.to_json(pretty=True))
+
+    def write_snapshot(self, snapshot: TableSnapshot) -> None:
+        """Write a snapshot atomically (may run in a worker thread; an older one than the
+        file holds is skipped).
+
+        Raises:
+            StoreFull, StoreError: the write failed; the table stays dirty.
+        """
+        if self._file.save(snapshot.data, version=snapshot.version):
+            self._changes_persisted = snapshot.version

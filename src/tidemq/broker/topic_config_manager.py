@@ -29,9 +29,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from tidemq.broker.background_saver import TableSnapshot
 from tidemq.broker.config import (
     PERM_INHERIT,
     PERM_READ,
@@ -95,14 +95,6 @@ _FIXED_SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {AUTO_CREATE_TOPIC_KEY_TOPIC, B
 def is_not_allowed_send_topic(topic: str) -> bool:
     """True for the topics only the broker writes (SCHEDULE_TOPIC_XXXX, the half topics, ...)."""
     return topic in NOT_ALLOWED_SEND_TOPICS
-
-
-@dataclass(frozen=True, slots=True)
-class TopicsSnapshot:
-    """topics.json's bytes and the number of changes they hold (counts up)."""
-
-    version: int
-    data: bytes
 
 
 class TopicConfigManager:
@@ -313,13 +305,13 @@ class TopicConfigManager:
         The saver writes through ``snapshot_if_dirty`` and ``write_snapshot``."""
         self._persist_soon = persist_soon
 
-    def snapshot_if_dirty(self) -> TopicsSnapshot | None:
+    def snapshot_if_dirty(self) -> TableSnapshot | None:
         """topics.json's bytes to write now, or None when the file holds the table already."""
         if self._changes == self._changes_persisted:
             return None
-        return TopicsSnapshot(self._changes, self._table.to_json(pretty=True))
+        return TableSnapshot(self._changes, self._table.to_json(pretty=True))
 
-    def write_snapshot(self, snapshot: TopicsSnapshot) -> None:
+    def write_snapshot(self, snapshot: TableSnapshot) -> None:
         """Write a snapshot atomically (may run in a worker thread; an older one than the
         file holds is skipped).
 

@@ -292,7 +292,7 @@ def test_topics_json_is_written_in_the_background_and_at_shutdown(make_broker, t
             for index in range(50):  # one save in the background carries many changes
                 broker.topic_config_manager.update(TopicConfig(f"Burst{index}", 1, 1))
             async with asyncio.timeout(10):
-                while "Burst49" not in topics_file.read_text():
+                while not topics_file.exists() or "Burst49" not in topics_file.read_text():
                     await asyncio.sleep(0.01)
             broker.topic_config_manager.update(TopicConfig("AtTheEnd", 1, 1))
         finally:
@@ -301,3 +301,26 @@ def test_topics_json_is_written_in_the_background_and_at_shutdown(make_broker, t
     asyncio.run(scenario())
     saved = json.loads(topics_file.read_text())["topicConfigTable"]
     assert "Burst0" in saved and "AtTheEnd" in saved
+
+
+def test_new_groups_are_saved_in_the_background_and_at_shutdown(make_broker, tmp_path):
+    root = tmp_path / "store"
+    groups_file = root / "config" / "subscriptionGroup.json"
+
+    async def scenario():
+        broker = make_broker(root=root)
+        await broker.start()
+        try:
+            groups = broker.subscription_group_manager
+            for index in range(50):
+                groups.find_subscription_group_config(f"cg_burst_{index}")
+            async with asyncio.timeout(10):
+                while not groups_file.exists() or "cg_burst_49" not in groups_file.read_text():
+                    await asyncio.sleep(0.01)
+            groups.find_subscription_group_config("cg_at_the_end")
+        finally:
+            await broker.shutdown(grace_s=1.0)
+
+    asyncio.run(scenario())
+    saved = json.loads(groups_file.read_text())["subscriptionGroupTable"]
+    assert "cg_burst_0" in saved and "cg_at_the_end" in saved
