@@ -1,7 +1,8 @@
 """A slave's metadata follows its master: topics, offsets, delay offsets, subscription groups.
 
-Every SLAVE_SYNC_INTERVAL_MS (10 s) a slave that knows its master's address (from the name
-server's REGISTER_BROKER answer, ``ReplicationRole.master_address``) asks it, in this order:
+Every SLAVE_SYNC_INTERVAL_MS (10 s; every second while it holds offsets the master lacks) a
+slave that knows its master's address (from the name server's REGISTER_BROKER answer,
+``ReplicationRole.master_address``) asks it, in this order:
 
     GET_ALL_TOPIC_CONFIG               topics.json            replaced when its version differs
     GET_ALL_CONSUMER_OFFSET            consumerOffset.json    merged (below)
@@ -59,6 +60,9 @@ log = logging.getLogger("tidemq.broker")
 # The issue's period (RocketMQ 4.x runs SlaveSynchronize.syncAll 10 s after start, then
 # every 60 s; consumers that fail over want fresher offsets than that).
 SLAVE_SYNC_INTERVAL_MS = 10_000
+# While the slave holds offsets its master lacks (committed here while the master was away),
+# it tries every second, so a master back from a restart has them almost at once.
+SLAVE_SYNC_HAND_BACK_INTERVAL_MS = 1_000
 # One GET_ALL_* round trip; a master answering slower is treated as away for this round.
 SLAVE_SYNC_TIMEOUT_MS = 3_000
 
@@ -138,7 +142,9 @@ class SlaveSynchronizer:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self._interval_s)
+            pending = bool(self._offsets.local_commits)
+            await asyncio.sleep(min(self._interval_s, SLAVE_SYNC_HAND_BACK_INTERVAL_MS / 1000)
+                                if pending else self._interval_s)
             try:
                 await self.sync_all()
             except Exception:  # a bug here must not end the copying for good

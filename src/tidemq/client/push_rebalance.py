@@ -177,6 +177,15 @@ class PushRebalance:
         # a group whose master is down still rebalances.
         members = await self._members(route_read_addresses(route))
         self._shared = self._shared or len(members) > 1
+        if not members:
+            # Every broker answered, none lists a member: one that just (re)started and has
+            # had no heartbeat yet. Keep what we own, as RocketMQ's client does, rather than
+            # drop it and take it back at a stale committed offset a moment later.
+            kept = [q for q in consumer.process_queues if q.topic == topic]
+            if kept:
+                log.info("consumer %s: no broker lists a member of the group yet; keeping its "
+                         "%d queues of %s this round", consumer.group, len(kept), topic)
+            return kept
         if consumer.client_id not in members:
             log.info("consumer %s: the brokers do not list %s among the group's members yet "
                      "(%s); no queue of %s this round", consumer.group, consumer.client_id,
@@ -187,6 +196,7 @@ class PushRebalance:
     async def _members(self, addresses: list[str]) -> list[str]:
         consumer = self._consumer
         errors: list[str] = []
+        answered = False
         for address in addresses:
             try:
                 members = await broker_api.consumer_ids(consumer.instance, address,
@@ -194,8 +204,13 @@ class PushRebalance:
             except RemotingError as e:
                 errors.append(f"{address}: {e}")
                 continue
+            answered = True
+            if not members:
+                continue  # e.g. a master back from a restart: ask the group's next broker
             self._members_address = address
             return members
+        if answered:
+            return []
         raise NoRouteError(f"no broker answered for the members of group {consumer.group!r} "
                            f"({'; '.join(errors) or 'no broker known'})")
 
