@@ -16,10 +16,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Collection
 
-from tidemq.protocol.message import MAGIC_V1, POSITION_PHYSICAL_OFFSET
+from tidemq.protocol.message import POSITION_PHYSICAL_OFFSET
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.consume_queue import ENTRY, ENTRY_SIZE, FILLER_SIZE, ConsumeQueue
 from tidemq.store.interface import GetResult, GetStatus
+from tidemq.store.record_check import RecordKind, inspect_record
 
 # RocketMQ scans at most this many bytes of consume queue per pull (800 entries), or
 # max_count * 20 if more: a filter matching nothing must not make one pull read a whole queue.
@@ -157,16 +158,19 @@ def _collect(
 def _header_matches(
     commit_log: CommitLog, buffer: memoryview, position: int, physical_offset: int, size: int
 ) -> bool:
-    # A record recovery did not verify (an old segment after a clean start): its TOTALSIZE,
-    # magic and PHYSICALOFFSET must be what the consume queue says, or the bytes would
-    # derail the client's decoding of the whole pull. The body CRC is the client's to check.
-    total, magic, stored_offset = _HEADER_CHECK.unpack_from(buffer, position)
-    if total == size and magic == MAGIC_V1 and stored_offset == physical_offset:
+    # A record recovery did not verify (an old segment after a clean start): its framing
+    # (magic, every size, PHYSICALOFFSET) must hold and its size be what the consume queue
+    # says, or the bytes would derail the client's decoding of the whole pull. The body CRC
+    # is the client's to check (it costs a pass over the body; the framing does not).
+    inspection = inspect_record(buffer, position, position + size, physical_offset, False)
+    if inspection.kind is RecordKind.RECORD and inspection.size == size:
         return True
+    total, magic, stored_offset = _HEADER_CHECK.unpack_from(buffer, position)
     commit_log.report_unreadable(
         physical_offset,
-        f"TOTALSIZE {total}, magic {magic & 0xFFFFFFFF:#010x}, PHYSICALOFFSET {stored_offset} "
-        f"where the consume queue says {size} bytes at {physical_offset}",
+        f"{inspection.problem or 'not a record'} (TOTALSIZE {total}, magic "
+        f"{magic & 0xFFFFFFFF:#010x}, PHYSICALOFFSET {stored_offset}; the consume queue says "
+        f"{size} bytes at {physical_offset})",
     )
     return False
 

@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.json"
 _ZERO_ENTRY = bytes(ENTRY_SIZE)
+MIN_RECORD_SIZE = 91  # a record with empty body, topic and properties
 
 
 def manifest_path(queues: ConsumeQueueTable) -> str | None:
@@ -122,6 +123,7 @@ def rebuild_queues(
     wanted: Collection[tuple[str, int]] = set(reasons)
     queue_ids = {queue_id for _, queue_id in wanted}
     dispatcher = ConsumeQueueDispatcher(queues)
+    damaged = commit_log.damaged
     count = 0
     for mapped, position in commit_log.iter_positions(commit_log.min_offset()):
         buffer = mapped.buffer
@@ -130,10 +132,23 @@ def rebuild_queues(
         fields = dispatch_fields(buffer, position)
         if (fields.topic, fields.queue_id) not in wanted:
             continue
+        physical_offset = mapped.file_from_offset + position
+        queue = queues.get(fields.topic, fields.queue_id)
+        expected = queue.max_offset if queue is not None else 0
+        if expected and fields.queue_offset > expected + _records_lost_before(
+            damaged, physical_offset
+        ):
+            # Records of a queue follow each other in the log: a jump further than the
+            # damaged bytes before it could hide is a damaged QUEUEOFFSET (the body CRC does
+            # not cover it). Taking it would hide every later record of the queue.
+            logger.error(
+                "record at %s:%d claims queue offset %d of %s/%d, where %d comes next: a "
+                "damaged header; not queued", mapped.describe(), position,
+                fields.queue_offset, fields.topic, fields.queue_id, expected,
+            )
+            continue
         size = int.from_bytes(buffer[position : position + 4], "big")
-        batch = batch_from_record(
-            fields, mapped.file_from_offset + position, size, delay_level_ms, False
-        )
+        batch = batch_from_record(fields, physical_offset, size, delay_level_ms, False)
         dispatcher.dispatch(batch)
         count += 1
     for topic, queue_id in sorted(wanted):
@@ -146,6 +161,13 @@ def rebuild_queues(
                 queue.min_offset, queue.max_offset,
             )
     return count
+
+
+def _records_lost_before(damaged: list[tuple[int, int]], physical_offset: int) -> int:
+    # At most one record per MIN_RECORD_SIZE bytes of the damaged ranges before the offset.
+    lost = sum(min(end, physical_offset) - start for start, end in damaged
+               if start < physical_offset)
+    return lost // MIN_RECORD_SIZE + 1
 
 
 def topic_is_sane(topic: str) -> bool:
