@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
 
 from tidemq import sync
 from tidemq.client import Admin, ConsumeResult, Message, MessageExt, Producer, PushConsumer
@@ -52,7 +54,18 @@ async def create_topic(namesrv: str, topic: str, queues: int = 2) -> None:
 
 
 def text_of(browser, element_id: str) -> str:
+    """The text of the element ``element_id``, waiting (bounded) for a page that is still
+    loading after a click to show it."""
+    WebDriverWait(browser, WAIT_S).until(
+        expected_conditions.presence_of_element_located((By.ID, element_id)))
     return browser.find_element(By.ID, element_id).text
+
+
+def submit_and_wait(browser, button) -> None:
+    """Click a form's button and wait until the page it leads to has replaced this one."""
+    old_page = browser.find_element(By.TAG_NAME, "html")
+    button.click()
+    WebDriverWait(browser, WAIT_S).until(expected_conditions.staleness_of(old_page))
 
 
 def fill_and_submit(browser, form_id: str, values: dict[str, str]) -> None:
@@ -61,7 +74,7 @@ def fill_and_submit(browser, form_id: str, values: dict[str, str]) -> None:
         box = form.find_element(By.NAME, name)
         box.clear()
         box.send_keys(value)
-    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    submit_and_wait(browser, form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
 
 
 def test_find_a_message_by_key_with_its_body_and_trace(dev_cluster, browser, screenshot
@@ -87,13 +100,13 @@ def test_find_a_message_by_key_with_its_body_and_trace(dev_cluster, browser, scr
     screenshot("search-by-key")
     rows = browser.find_elements(By.CSS_SELECTOR, "#results tr")
     assert len(rows) == 2  # the header and the one message with that key
-    browser.find_element(By.LINK_TEXT, msg_id).click()
+    submit_and_wait(browser, browser.find_element(By.LINK_TEXT, msg_id))
     assert text_of(browser, "body-kind") == "json"
     body = text_of(browser, "body")
     assert '"order": 42' in body and '"tea"' in body and "\n" in body  # pretty-printed
     assert "order-42" in text_of(browser, "message")
     screenshot("message")
-    browser.find_element(By.LINK_TEXT, "trace of this message").click()
+    submit_and_wait(browser, browser.find_element(By.LINK_TEXT, "trace of this message"))
 
     def traced() -> bool:
         browser.refresh()
@@ -181,8 +194,8 @@ def test_redrive_a_dead_letter(dev_cluster, browser, screenshot) -> None:
     assert text_of(browser, "dlq-count").startswith("1 dead letter")
     assert msg_id in text_of(browser, "dead-letters")
     screenshot("dlq")
-    browser.find_element(By.ID, f"redrive-{msg_id}").find_element(
-        By.CSS_SELECTOR, "button").click()
+    submit_and_wait(browser, browser.find_element(By.ID, f"redrive-{msg_id}").find_element(
+        By.CSS_SELECTOR, "button"))
     assert f"1 dead letter(s) sent back to their topic: {msg_id}" in text_of(browser, "flash")
     screenshot("redriven")
 
@@ -244,7 +257,8 @@ def test_create_and_delete_a_topic(dev_cluster, browser, screenshot) -> None:
 
     wait_until(lambda: queue_rows() == 3, "the new topic's three queues")
     screenshot("created")
-    browser.find_element(By.ID, "delete-topic").find_element(By.CSS_SELECTOR, "button").click()
+    submit_and_wait(browser, browser.find_element(By.ID, "delete-topic").find_element(
+        By.CSS_SELECTOR, "button"))
     assert "ConsoleMade deleted" in text_of(browser, "flash")
 
     def listed() -> bool:
