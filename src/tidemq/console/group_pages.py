@@ -3,9 +3,11 @@ and resetting its offsets to a time."""
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
-from tidemq.client.group_queries import group_members, subscription_group_names
+from tidemq.client.errors import NoRouteError
 from tidemq.console.charts import sparkline
 from tidemq.console.context import context_of, require_write
 from tidemq.console.html import escape, field, form, hidden, link, table, url
@@ -20,7 +22,10 @@ async def groups_page(request: web.Request) -> web.Response:
     admin = context.admin
     wanted = request.query.get("q", "").strip()
     show_system = request.query.get("system") == "1"
-    names = await subscription_group_names(admin)
+    cluster = await admin.cluster_list()
+    masters = sorted(cluster.master_addresses().values())
+    tables = await asyncio.gather(*(admin.subscription_groups(address) for address in masters))
+    names = sorted({group for table in tables for group in table})
     if not show_system:
         names = [g for g in names if not g.startswith(SYSTEM_GROUP_PREFIXES)]
     if wanted:
@@ -42,7 +47,10 @@ async def group_page(request: web.Request) -> web.Response:
     group = request.query.get("group", "")
     context.sampler.watch_group(group)
     stats = await admin.consume_stats(group)
-    members = await group_members(admin, group)
+    try:
+        members = (await admin.consumer_connection(group)).connections
+    except NoRouteError:
+        members = []  # nobody online (or a group only known by its offsets)
     body = f'<p>Total lag: <strong id="total-lag">{stats.total_lag}</strong> message(s); ' \
            f"consume TPS {stats.consume_tps:.1f}</p>"
     body += sparkline("lag", list(context.sampler.group_lag.get(group, ())), unit="",
