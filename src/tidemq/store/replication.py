@@ -38,6 +38,7 @@ without a lock, like any reader.
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 import zlib
@@ -46,8 +47,12 @@ from collections.abc import Callable, Sequence
 from tidemq.errors import StoreError
 from tidemq.protocol.message import (
     BLANK_MAGIC,
+    KEY_SEPARATOR,
     MAGIC_V1,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     SYSFLAG_TRANSACTION_MASK,
@@ -55,6 +60,7 @@ from tidemq.protocol.message import (
     decode_properties,
     record_size,
     store_timestamp_position,
+    tags_code,
 )
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.config import SCHEDULE_TOPIC
@@ -62,12 +68,7 @@ from tidemq.store.consume_queue_table import ConsumeQueueTable
 from tidemq.store.dispatch import DispatchBatch, Dispatcher, KeyIndex
 from tidemq.store.mapped_file import MappedFile
 from tidemq.store.record_check import inspect_record
-from tidemq.store.record_encoder import (
-    QUEUED_TRANSACTION_TYPES,
-    delivery_tag_code,
-    index_keys,
-    tag_code_of,
-)
+from tidemq.store.record_encoder import QUEUED_TRANSACTION_TYPES, delivery_tag_code
 
 logger = logging.getLogger(__name__)
 
@@ -266,15 +267,16 @@ class CommitLogReplica:
                 store_timestamp = unpack_int64(
                     buffer, position + _STORE_TIMESTAMP_POSITIONS[sysflag & SYSFLAG_BORNHOST_V6]
                 )[0]
-                properties = decode_properties(
-                    str(buffer[properties_at + 2 : end], "utf-8", "replace"))
+                text = str(buffer[properties_at + 2 : end], "utf-8", "replace")
+                properties = decode_properties(text)
+                get = properties.get
                 transaction_type = sysflag & SYSFLAG_TRANSACTION_MASK
                 if topic == SCHEDULE_TOPIC:
-                    level_text = properties.get(PROPERTY_DELAY_TIME_LEVEL, "")
+                    level_text = get(PROPERTY_DELAY_TIME_LEVEL, "")
                     level = int(level_text) if level_text.isdigit() else 0
                     tag_code = delivery_tag_code(level, store_timestamp, delay_level_ms)
                 else:
-                    tag_code = tag_code_of(properties)
+                    tag_code = _tags_code(get(PROPERTY_TAGS))
                 queued = transaction_type in QUEUED_TRANSACTION_TYPES
                 indexed = transaction_type != TRANSACTION_ROLLBACK_TYPE
                 last = runs[-1] if runs else None
@@ -285,7 +287,15 @@ class CommitLogReplica:
                     last = _Run(topic, queue_id, queue_offset, store_timestamp, queued,
                                 indexed, with_keys)
                     runs.append(last)
-                last.add(offset, total, tag_code, index_keys(properties) if with_keys else None)
+                if with_keys:
+                    unique_key = get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+                    user_keys = get(PROPERTY_KEYS)
+                    keys = [unique_key] if unique_key else []
+                    if user_keys:
+                        keys.extend(token for token in user_keys.split(KEY_SEPARATOR) if token)
+                else:
+                    keys = None
+                last.add(offset, total, tag_code, keys)
                 if not self.dispatch_oldest_timestamp:
                     self.dispatch_oldest_timestamp = store_timestamp
                 self.last_record_offset = offset
@@ -365,6 +375,11 @@ class _Run:
         if self.keys is not None:
             self.keys.append(keys or [])
         self.next_queue_offset += 1
+
+
+@functools.lru_cache(maxsize=4096)
+def _tags_code(tags: str | None) -> int:
+    return tags_code(tags)
 
 
 # -- the master's side ---------------------------------------------------------------------------

@@ -222,3 +222,4 @@ def test_read_chunk_stays_in_one_segment_and_says_what_is_not_there(store):
     assert store.read_commit_log(end + 5, 100) is None
     store.run_retention(now_ms=1 << 62, disk_used_ratio=99.0)
     assert store.read_commit_log(0, 100) is None
+
