@@ -390,6 +390,15 @@ class CommitLog:
             )
         mapped.write_position = position + written
 
+    def write_raw(self, mapped: MappedFile, data: bytes | bytearray | memoryview) -> None:
+        """Write bytes that are already records (a slave's copy of its master's log) at
+        ``mapped``'s write position, the way an append writes (through the file when large).
+
+        Raises:
+            StoreError: the disk failed the write.
+        """
+        self._write(mapped, data)
+
     def _open_writer(self, mapped: MappedFile) -> tuple[MappedFile, int]:
         self._close_writer()
         try:

@@ -156,8 +156,8 @@ class HAService:
     def notify_appended(self) -> None:
         """New bytes are in the commit log: wake the writers (any thread)."""
         loop = self._loop
-        if loop is None:
-            return
+        if loop is None or not self.connections:
+            return  # nobody to wake (the common case of a master without slaves)
         if threading.get_ident() == self._loop_thread:
             self._wake_all()
         else:
