@@ -174,16 +174,26 @@ def console_figure(args: argparse.Namespace) -> dict:
 async def _fill(namesrv: str, topics: int, groups: int) -> None:
     from tidemq.client import Admin, Message, Producer
 
-    async with Admin(namesrv) as admin:
-        semaphore = asyncio.Semaphore(16)
+    from tidemq.remoting.errors import RemotingTimeout
+
+    async with Admin(namesrv, request_timeout_ms=30_000) as admin:
+        semaphore = asyncio.Semaphore(4)
+
+        async def retried(action) -> None:
+            for attempt in range(5):  # a busy machine may time a create out; it is idempotent
+                try:
+                    async with semaphore:
+                        await action()
+                    return
+                except RemotingTimeout:
+                    if attempt == 4:
+                        raise
 
         async def topic(i: int) -> None:
-            async with semaphore:
-                await admin.create_topic(f"ObsTopic{i:04d}", 4)
+            await retried(lambda: admin.create_topic(f"ObsTopic{i:04d}", 4))
 
         async def group(i: int) -> None:
-            async with semaphore:
-                await admin.update_subscription_group(f"obs_group_{i:04d}")
+            await retried(lambda: admin.update_subscription_group(f"obs_group_{i:04d}"))
 
         await asyncio.gather(*(topic(i) for i in range(topics)))
         await asyncio.gather(*(group(i) for i in range(groups)))

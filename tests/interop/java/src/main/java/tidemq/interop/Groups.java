@@ -39,9 +39,12 @@ public final class Groups {
                 scenarios.put("consume_stats_connections", AdminScenarios::consumeStats);
                 scenarios.put("offset_reset", AdminScenarios::offsetReset);
                 break;
+            case "trace":
+                scenarios.put("traced_send_consume", TraceScenarios::tracedSendConsume);
+                break;
             default:
                 throw new IllegalArgumentException("unknown scenario group " + group
-                        + " (produce, consume, reliability, admin)");
+                        + " (produce, consume, reliability, admin, trace)");
         }
         return scenarios;
     }
