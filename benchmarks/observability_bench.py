@@ -173,7 +173,6 @@ def console_figure(args: argparse.Namespace) -> dict:
 
 async def _fill(namesrv: str, topics: int, groups: int) -> None:
     from tidemq.client import Admin, Message, Producer
-
     from tidemq.remoting.errors import RemotingTimeout
 
     async with Admin(namesrv, request_timeout_ms=30_000) as admin:
