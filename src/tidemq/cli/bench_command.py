@@ -23,6 +23,7 @@ import os
 import platform
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import click
 import orjson
@@ -30,6 +31,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tidemq.cli.client_security import (
+    client_security,
+    client_security_options,
+    current_client_security,
+)
 from tidemq.client.message import Message
 from tidemq.client.producer import Producer, default_namesrv
 from tidemq.client.pull_consumer import PullConsumer
@@ -136,7 +142,9 @@ async def run_produce(namesrv: str, topic: str, size: int, batch: int, concurren
     done = [0]  # messages acknowledged
     claimed = [0]  # messages handed to workers (bounds --count exactly)
     per_request = max(1, batch)
-    producer = Producer(group, namesrv, enable_msg_trace=trace)
+    security = current_client_security()
+    producer = Producer(group, namesrv, enable_msg_trace=trace,
+                        credentials=security.credentials, tls=security.tls)
     async with producer:
         # Warm-up: the first send learns the route (auto-creating the topic if allowed).
         await producer.send(Message(topic, body))
@@ -203,8 +211,9 @@ async def run_consume(namesrv: str, topic: str, group: str, from_where: str,
     latencies_ms: list[float] = []
     done = [0]
     bytes_total = 0
-    async with PullConsumer(group, namesrv, consume_from=from_where,
-                            auto_commit=False) as consumer:
+    security = current_client_security()
+    async with PullConsumer(group, namesrv, consume_from=from_where, auto_commit=False,
+                            credentials=security.credentials, tls=security.tls) as consumer:
         queues = await consumer.queues(topic)
         consumer.assign(queues)
         if from_where.upper() == "FIRST":
@@ -277,8 +286,15 @@ def _report(summary: Summary, as_json: bool) -> None:
 
 
 @click.group()
-def bench() -> None:
-    """Load generators: produce to or consume from a topic and report throughput."""
+@client_security_options
+@click.pass_context
+def bench(ctx: click.Context, **security: Any) -> None:
+    """Load generators: produce to or consume from a topic and report throughput.
+
+    Against servers with ACL or TLS on, give --accessKey/--secretKey and --tls/--tlsCaFile
+    before the verb (or the TIDEMQ_* environment variables).
+    """
+    ctx.obj = client_security(**security)
 
 
 @bench.command("produce")

@@ -175,6 +175,8 @@ def dev(ctx: click.Context, log_level: str, log_dir: Path | None, log_max_bytes:
         store_config = _with_dev_segment_size(store_config)
     _log_to_file_or_exit("dev", log_dir or Path(store_config.store_path_root_dir) / "logs",
                          "dev", log_max_bytes, log_file_count)
+    broker_config = _with_acl_file(broker_config, None)
+    namesrv_config = _dev_namesrv_security(namesrv_config, broker_config)
 
     async def serve(stop: asyncio.Event) -> None:
         namesrv_controller = _build_or_exit("dev", NamesrvController, namesrv_config)
@@ -231,6 +233,21 @@ def _build_or_exit(command: str, factory: Callable[..., Any], *args: Any) -> Any
         return factory(*args)
     except TidemqError as e:
         _fail(command, e, _exit_code_for(e))
+
+
+def _dev_namesrv_security(namesrv_config: Any, broker_config: Any) -> Any:
+    """The dev name server takes the broker's ACL and TLS keys: ACL on its write operations,
+    TLS permissive (the in-process broker registers over plain TCP; clients may use TLS)."""
+    import dataclasses
+
+    tls = {}
+    if broker_config.tls_enable:
+        tls = {name: getattr(broker_config, name) for name in (
+            "tls_enable", "tls_server_cert_path", "tls_server_key_path",
+            "tls_server_key_password", "tls_server_need_client_auth",
+            "tls_server_trust_cert_path")} | {"tls_server_mode": "permissive"}
+    return dataclasses.replace(namesrv_config, acl_enable=broker_config.acl_enable,
+                               acl_file_path=broker_config.acl_file_path, **tls)
 
 
 def _with_acl_file(config: Any, config_file: Path | None) -> Any:

@@ -229,7 +229,13 @@ class RemotingClient:
                 "the client trusts, the server's certificate and whether the server speaks TLS)"
             ) from exc
         except OSError as exc:
-            raise RemotingConnectError(f"cannot connect to {addr}: {exc.strerror or exc}") from exc
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            if self._tls is not None and not isinstance(exc, ConnectionRefusedError):
+                raise RemotingConnectError(
+                    f"TLS handshake with {addr} failed: {reason} (does the server serve TLS? "
+                    "a plain server closes the connection on a TLS client)"
+                ) from exc
+            raise RemotingConnectError(f"cannot connect to {addr}: {reason}") from exc
         if self._closed:  # close() ran while we were connecting
             connection.abort("client closing")
             raise RemotingClosed(f"client is closed; connection to {addr} dropped")

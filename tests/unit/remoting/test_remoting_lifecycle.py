@@ -107,7 +107,10 @@ def test_requests_waiting_when_the_connection_closes_fail_with_remoting_closed(r
                 for _ in range(3)
             ]
             await wait_until(lambda: server.connections, what="the server connection")
-            await wait_until(lambda: client.connections[address(server)].pending_requests == 3)
+            # The server may see the connection before the client has filed it under the
+            # address (the connect task finishes a moment later): wait for both.
+            await wait_until(lambda: address(server) in client.connections
+                             and client.connections[address(server)].pending_requests == 3)
             server.connections[0].close("test closes it")
             return await asyncio.gather(*waiting, return_exceptions=True)
 

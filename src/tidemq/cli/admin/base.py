@@ -7,15 +7,12 @@ A verb module imports ``admin`` from here and registers with ``@admin.command("c
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import difflib
 import functools
 import re
-import ssl
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import click
@@ -23,15 +20,14 @@ import orjson
 from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 
+from tidemq.cli.client_security import (
+    ClientSecurity,
+    client_security,
+    client_security_options,
+    current_client_security,
+)
 from tidemq.client.admin import Admin
 from tidemq.client.producer import default_namesrv
-from tidemq.client.security import (
-    ACCESS_KEY_ENV,
-    SECRET_KEY_ENV,
-    SECURITY_TOKEN_ENV,
-    Credentials,
-    tls_context,
-)
 from tidemq.errors import TidemqError
 from tidemq.remoting.loop import run as run_on_loop
 
@@ -80,63 +76,22 @@ class _VerbGroup(click.Group):
         return (command.name if command is not None else name), command, rest
 
 
-@dataclasses.dataclass(frozen=True)
-class AdminSecurity:
-    """How ``tidemq admin`` signs and encrypts: the group's --accessKey/--secretKey and --tls
-    options (or their environment variables), shared by every verb."""
-
-    credentials: Credentials | None = None
-    tls: ssl.SSLContext | None = None
-
-
 @click.group(cls=_VerbGroup)
-@click.option("--accessKey", "access_key", envvar=ACCESS_KEY_ENV, metavar="KEY",
-              help=f"ACL access key to sign every request with [env {ACCESS_KEY_ENV}].")
-@click.option("--secretKey", "secret_key", envvar=SECRET_KEY_ENV, metavar="KEY",
-              help=f"ACL secret key (never printed) [env {SECRET_KEY_ENV}].")
-@click.option("--securityToken", "security_token", envvar=SECURITY_TOKEN_ENV, metavar="TOKEN",
-              help=f"Optional ACL security token [env {SECURITY_TOKEN_ENV}].")
-@click.option("--tls/--no-tls", "use_tls", envvar="TIDEMQ_TLS", default=False,
-              help="Connect with TLS [env TIDEMQ_TLS].")
-@click.option("--tlsCaFile", "tls_ca_file", envvar="TIDEMQ_TLS_CA_FILE", metavar="PEM",
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="CA certificates the servers' certificates must chain to (default: the "
-                   "system's) [env TIDEMQ_TLS_CA_FILE]; implies --tls.")
-@click.option("--tlsCertFile", "tls_cert_file", envvar="TIDEMQ_TLS_CERT_FILE", metavar="PEM",
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="Client certificate for servers that require one (mutual TLS).")
-@click.option("--tlsKeyFile", "tls_key_file", envvar="TIDEMQ_TLS_KEY_FILE", metavar="PEM",
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="The client certificate's private key (default: in --tlsCertFile).")
+@client_security_options
 @click.pass_context
-def admin(ctx: click.Context, access_key: str | None, secret_key: str | None,
-          security_token: str | None, use_tls: bool, tls_ca_file: Path | None,
-          tls_cert_file: Path | None, tls_key_file: Path | None) -> None:
+def admin(ctx: click.Context, **security: Any) -> None:
     """Administer topics, groups and offsets; look messages up (mqadmin's verbs).
 
     Every verb takes -n/--namesrvAddr (default $NAMESRV_ADDR or 127.0.0.1:9876) and --json.
     Against servers with ACL or TLS on, give the options above before the verb:
     tidemq admin --accessKey AK --secretKey SK --tlsCaFile ca.pem topicList
     """
-    if bool(access_key) != bool(secret_key):
-        raise click.UsageError("give both --accessKey and --secretKey (or "
-                               f"{ACCESS_KEY_ENV} and {SECRET_KEY_ENV}), or neither")
-    credentials = (Credentials(access_key, secret_key, security_token or None)  # type: ignore[arg-type]
-                   if access_key else None)
-    tls = None
-    if use_tls or tls_ca_file or tls_cert_file:
-        try:
-            tls = tls_context(tls_ca_file, cert_file=tls_cert_file, key_file=tls_key_file)
-        except TidemqError as e:
-            raise click.UsageError(str(e)) from None
-    ctx.obj = AdminSecurity(credentials, tls)
+    ctx.obj = client_security(**security)
 
 
-def admin_security() -> AdminSecurity:
-    """The group's security settings for the verb being run (none outside a click run)."""
-    context = click.get_current_context(silent=True)
-    found = context.find_object(AdminSecurity) if context is not None else None
-    return found if found is not None else AdminSecurity()
+def admin_security() -> ClientSecurity:
+    """The group's ACL and TLS settings for the verb being run (``tidemq.cli.client_security``)."""
+    return current_client_security()
 
 
 def namesrv_option(function: Callable[..., Any]) -> Callable[..., Any]:
