@@ -58,6 +58,7 @@ async def topic_curve(namesrv: str, total: int) -> list[dict]:
 
     curve, times = [], []
     marks = checkpoints(total)
+    began = time.perf_counter()
     async with Admin(namesrv, request_timeout_ms=60_000) as admin:
         for index in range(1, total + 1):
             started = time.perf_counter()
@@ -65,7 +66,7 @@ async def topic_curve(namesrv: str, total: int) -> list[dict]:
             times.append((time.perf_counter() - started) * 1000)
             if index in marks:
                 curve.append({"count": index, "ms_per_create": statistics.mean(times[-WINDOW:]),
-                              "load": load_average()})
+                              "elapsed_s": time.perf_counter() - began, "load": load_average()})
     return curve
 
 
