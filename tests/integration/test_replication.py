@@ -231,3 +231,18 @@ async def mixed_sends_to(server, count: int) -> None:
             "unitMode": "false", "batch": "false"}, f"former-{i}".encode() * 20)
         response = await asyncio.to_thread(remoting_call, server.addr, request)
         assert response.code == ResponseCode.SUCCESS, response.remark
+
+
+def test_a_slave_started_before_its_master_finds_it_within_seconds(tidemq_cluster):
+    from replication_group import HA_TEST_SETTINGS
+
+    cluster = tidemq_cluster(brokers=("slave", "master"), broker_overrides={
+        "slave": {"brokerName": BROKER_NAME, "brokerId": 1, "brokerRole": "SLAVE",
+                  **HA_TEST_SETTINGS},
+        "master": {"brokerName": BROKER_NAME, "brokerRole": "SYNC_MASTER", **HA_TEST_SETTINGS},
+    })
+    master = cluster.broker("master")
+    # Well before registerNameServerPeriod (30 s): the slave asks again every 2 s until
+    # the name server's answer names its master.
+    wait_until(lambda: runtime(master.addr)["inSyncSlaveNums"] == "1", 20, 0.2,
+               "the slave to find its master")

@@ -57,6 +57,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidemq.broker")
 
+# How often a slave that does not know its master yet registers again (each answer may name
+# it); registerNameServerPeriod applies once it does.
+SLAVE_WITHOUT_MASTER_PERIOD_S = 2.0
+
 
 class NameServerRegistration:
     """Registers this broker with its name servers at start, periodically and on demand.
@@ -131,10 +135,15 @@ class NameServerRegistration:
     async def _run(self) -> None:
         period_s = self._config.register_period_ms / 1000
         while True:
+            # A slave whose master is not known yet (it started first) asks again soon: the
+            # answer names the master, and the slave copies nothing until it knows it.
+            wait_s = period_s
+            if self._role.is_slave and self._role.master_ha_address is None:
+                wait_s = min(period_s, SLAVE_WITHOUT_MASTER_PERIOD_S)
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
             # that arrives as the event is set, and stop() would wait forever.
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(period_s):
+                async with asyncio.timeout(wait_s):
                     await self._wake.wait()
             try:
                 changed = self._changed_topics
