@@ -17,15 +17,29 @@ def store() -> None:
 @store.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
 @click.option("--no-crc", is_flag=True, help="Skip the body CRC check (faster).")
-def check(directory: str, no_crc: bool) -> None:
-    """Verify every record (magic, size, CRC) and every consume-queue entry.
+@click.option("--max-hash-slot-num", type=int, default=None,
+              help="maxHashSlotNum the broker writes its index with (default: RocketMQ's).")
+@click.option("--max-index-num", type=int, default=None,
+              help="maxIndexNum the broker writes its index with (default: RocketMQ's).")
+def check(directory: str, no_crc: bool, max_hash_slot_num: int | None,
+          max_index_num: int | None) -> None:
+    """Verify every record (magic, size, CRC), every consume-queue entry and index file.
 
-    Exits 1 with one line per problem (file:position: what) when anything is wrong.
+    Damage in the middle of the log is reported as ranges (the walk goes on at the next
+    valid record); a consume queue missing or short against the log's records, and index
+    entries whose key does not hash to them, are reported too. Exits 1 with one line per
+    problem (file:position: what) when anything is wrong.
     """
     from tidemq.store.check import check_store
+    from tidemq.store.check_derived import IndexSettings
 
+    settings = IndexSettings()
+    if max_hash_slot_num is not None:
+        settings.max_hash_slot_num = max_hash_slot_num
+    if max_index_num is not None:
+        settings.max_index_num = max_index_num
     try:
-        report = check_store(directory, check_crc=not no_crc)
+        report = check_store(directory, check_crc=not no_crc, index_settings=settings)
     except StoreError as e:
         raise click.ClickException(str(e)) from None
     for problem in report.problems:

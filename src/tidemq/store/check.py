@@ -9,7 +9,10 @@ also works on a copy or next to a running broker, and never repairs anything:
   record is reported;
 - consume queues: every entry points at a record of its topic and queue, with the same
   size and the entry's queue offset; entries below the commit log's first offset are counted
-  as expired (retention removed their records), not as problems.
+  as expired (retention removed their records), not as problems; segments follow each other
+  without a hole or a zeroed one; every queue the log holds records of exists and reaches
+  the last of them (check_derived.py);
+- index files: header, slots, chains and every entry's key hash (check_derived.py).
 
 Each problem names the file and the byte position in it.
 """
@@ -20,6 +23,12 @@ import os
 import struct
 from dataclasses import dataclass, field
 
+from tidemq.store.check_derived import (
+    IndexSettings,
+    QueueHighWater,
+    check_index_files,
+    check_queue_ends,
+)
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.consume_queue import ENTRY, ENTRY_SIZE, FILLER_SIZE
 from tidemq.store.mapped_file import MappedFile, parse_file_name
@@ -55,6 +64,8 @@ class CheckReport:
     records: int = 0
     record_bytes: int = 0
     queues: int = 0
+    index_files: int = 0
+    index_files_unchecked: int = 0  # their layout is unknown: settings not given
     entries: int = 0
     expired_entries: int = 0
     problems: list[CheckProblem] = field(default_factory=list)
@@ -79,12 +90,21 @@ class CheckReport:
         return (
             f"{self.segments} commit-log segments, {self.records} records "
             f"({self.record_bytes} bytes); {self.queues} consume queues, {self.entries} entries "
-            f"({self.expired_entries} expired); {verdict}"
+            f"({self.expired_entries} expired); {self.index_files} index files"
+            + (f" ({self.index_files_unchecked} not checked: give --max-hash-slot-num and "
+               "--max-index-num)" if self.index_files_unchecked else "")
+            + f"; {verdict}"
         )
 
 
-def check_store(root_dir: str, *, check_crc: bool = True) -> CheckReport:
-    """Verify the commit log and the consume queues under ``root_dir``.
+def check_store(
+    root_dir: str, *, check_crc: bool = True, index_settings: IndexSettings | None = None
+) -> CheckReport:
+    """Verify the commit log, the consume queues and the index files under ``root_dir``.
+
+    Args:
+        index_settings: maxHashSlotNum / maxIndexNum the index was written with (RocketMQ's
+            defaults when None).
 
     Raises:
         StoreError: a directory cannot be read or a segment cannot be mapped.
@@ -94,9 +114,15 @@ def check_store(root_dir: str, *, check_crc: bool = True) -> CheckReport:
         report.add(root_dir, 0, "no commitlog directory here: is this a storePathRootDir?")
         return report
     commit_log = open_commit_log_readonly(os.path.join(root_dir, "commitlog"), report)
+    high_water = QueueHighWater()
     try:
-        _check_commit_log(commit_log, report, check_crc)
-        _check_consume_queues(os.path.join(root_dir, "consumequeue"), commit_log, report)
+        _check_commit_log(commit_log, report, check_crc, high_water)
+        queue_directory = os.path.join(root_dir, "consumequeue")
+        queue_ends = _check_consume_queues(queue_directory, commit_log, report)
+        check_queue_ends(high_water, queue_ends, queue_directory, report.add)
+        report.index_files, report.index_files_unchecked = check_index_files(
+            root_dir, commit_log, index_settings or IndexSettings(), report.add
+        )
     finally:
         commit_log.queue.close()
     return report
@@ -125,7 +151,9 @@ def open_commit_log_readonly(directory: str, report: CheckReport) -> CommitLog:
     return commit_log
 
 
-def _check_commit_log(commit_log: CommitLog, report: CheckReport, check_crc: bool) -> None:
+def _check_commit_log(
+    commit_log: CommitLog, report: CheckReport, check_crc: bool, high_water: QueueHighWater
+) -> None:
     files = commit_log.queue.files
     # All-zero segments at the end were made ahead of need (the segment allocator): they
     # are not part of the log yet.
@@ -138,7 +166,7 @@ def _check_commit_log(commit_log: CommitLog, report: CheckReport, check_crc: boo
         segment_end = mapped.file_from_offset + mapped.file_size
         if not is_last and files[number + 1].file_from_offset != segment_end:
             report.add(path, mapped.file_size, "the next segment is missing (a hole in the log)")
-        end = _check_segment(mapped, report, check_crc)
+        end = _check_segment(mapped, report, check_crc, high_water)
         mapped.write_position = end
         if end < mapped.file_size:
             data_end = mapped.data_end(end)
@@ -152,7 +180,9 @@ def _check_commit_log(commit_log: CommitLog, report: CheckReport, check_crc: boo
                 )
 
 
-def _check_segment(mapped: MappedFile, report: CheckReport, check_crc: bool) -> int:
+def _check_segment(
+    mapped: MappedFile, report: CheckReport, check_crc: bool, high_water: QueueHighWater
+) -> int:
     """Walk the records of one segment, reporting each damaged range (and going on at the
     next valid record, as recovery does); return where its valid data ends."""
     buffer = mapped.buffer
@@ -165,6 +195,7 @@ def _check_segment(mapped: MappedFile, report: CheckReport, check_crc: bool) -> 
         if inspection.kind is RecordKind.RECORD:
             report.records += 1
             report.record_bytes += inspection.size
+            high_water.add(buffer, position)
             position += inspection.size
             end = position
             continue
@@ -185,9 +216,13 @@ def _check_segment(mapped: MappedFile, report: CheckReport, check_crc: bool) -> 
     return end
 
 
-def _check_consume_queues(directory: str, commit_log: CommitLog, report: CheckReport) -> None:
+def _check_consume_queues(
+    directory: str, commit_log: CommitLog, report: CheckReport
+) -> dict[tuple[str, int], int]:
+    """Check every queue's entries; return each queue's end (its next queue offset)."""
+    ends: dict[tuple[str, int], int] = {}
     if not os.path.isdir(directory):
-        return
+        return ends
     commit_log_min = commit_log.min_offset()
     for topic in sorted(os.listdir(directory)):
         topic_dir = os.path.join(directory, topic)
@@ -203,13 +238,21 @@ def _check_consume_queues(directory: str, commit_log: CommitLog, report: CheckRe
             if size % ENTRY_SIZE:
                 report.add(queue_dir, 0, f"segment size {size} is not a multiple of {ENTRY_SIZE}")
                 continue
+            for segment in sorted(os.listdir(queue_dir)):
+                path = os.path.join(queue_dir, segment)
+                if parse_file_name(segment) is not None and os.path.getsize(path) != size:
+                    report.add(path, 0, f"queue segment is {os.path.getsize(path)} bytes, the "
+                               f"others {size} (cut short)")
             queue = MappedFileQueue(queue_dir, size, readonly=True)
             queue.load(skip_wrong_size=True)
             try:
                 report.queues += 1
-                _check_queue(queue, topic, int(name), commit_log, commit_log_min, report)
+                ends[(topic, int(name))] = _check_queue(
+                    queue, topic, int(name), commit_log, commit_log_min, report
+                )
             finally:
                 queue.close()
+    return ends
 
 
 def _check_queue(
@@ -219,11 +262,17 @@ def _check_queue(
     commit_log: CommitLog,
     commit_log_min: int,
     report: CheckReport,
-) -> None:
+) -> int:
+    """Check one queue's entries; return its end (the next queue offset)."""
     topic_bytes = topic.encode("utf-8")
     files = queue.files
+    end = files[0].file_from_offset // ENTRY_SIZE if files else 0
     for number, mapped in enumerate(files):
         path = mapped.describe()
+        if number and mapped.file_from_offset != files[number - 1].file_from_offset + (
+            mapped.file_size
+        ):
+            report.add(path, 0, "the queue segment before this one is missing (a hole)")
         ended = False
         for index, (physical_offset, size, _) in enumerate(ENTRY.iter_unpack(mapped.buffer)):
             if size == 0 and physical_offset == 0:
@@ -231,9 +280,11 @@ def _check_queue(
                 position = index * ENTRY_SIZE
                 if mapped.data_end(position) > position:
                     report.add(path, position, "data after the last consume-queue entry")
-                if number != len(files) - 1 and position:
-                    report.add(path, position, "queue segment ends before the next one starts")
+                if number != len(files) - 1:
+                    report.add(path, position, "queue segment ends before the next one starts"
+                               + (" (it is zeros)" if position == 0 else ""))
                 break
+            end = (mapped.file_from_offset + (index + 1) * ENTRY_SIZE) // ENTRY_SIZE
             if size == FILLER_SIZE:
                 continue
             report.entries += 1
@@ -252,6 +303,7 @@ def _check_queue(
                 )
         if ended:
             break
+    return end
 
 
 def _entry_problem(

@@ -14,6 +14,8 @@ from store_helpers import SEGMENT_SIZE, small_config
 from test_store_recovery import TOPIC, bodies, reopen_after_crash, segment_path, write_messages
 
 from tidemq.protocol.message import decode_records
+from tidemq.store.check import check_store
+from tidemq.store.check_derived import IndexSettings
 from tidemq.store.file_store import FileMessageStore
 
 STOPS = ["clean", "crash"]
@@ -22,6 +24,18 @@ STOPS = ["clean", "crash"]
 @pytest.fixture
 def config(tmp_path):
     return small_config(tmp_path / "store")
+
+
+def checked(config):
+    """``store check`` with the index settings of small_config."""
+    return check_store(config.store_path_root_dir, index_settings=IndexSettings(64, 1000))
+
+
+def test_a_clean_store_passes_the_whole_check_index_included(config):
+    write_messages(config, 300, queue_count=3)
+    report = checked(config)
+    assert report.ok, report.problems
+    assert report.index_files == 1 and report.queues == 3
 
 
 def reopen(config, stop):
@@ -44,6 +58,8 @@ def all_served(store, counts):
 def test_a_deleted_consume_queue_is_rebuilt(config, stop, caplog):
     write_messages(config, 300, queue_count=3)
     shutil.rmtree(queue_dir(config, 1))
+    (problem,) = checked(config).problems
+    assert "consume queue Orders/1 is missing" in problem.message
     caplog.set_level(logging.WARNING)
     store = reopen(config, stop)
     try:
@@ -74,6 +90,11 @@ def test_a_cut_or_zeroed_consume_queue_file_is_rebuilt(config, stop, damage):
             f.write(bytes(os.path.getsize(segments[1])))
     else:
         os.unlink(segments[-1])
+    report = checked(config)
+    assert not report.ok
+    expected = {"cut mid-entry": "(cut short)", "zeroed": "(it is zeros)",
+                "last deleted": "ends at offset 500"}[damage]
+    assert any(expected in p.message for p in report.problems), report.problems
     store = reopen(config, stop)
     try:
         assert (TOPIC, 0) in store.recovery_report.rebuilt_queues
@@ -125,6 +146,8 @@ def test_a_damaged_index_file_is_rebuilt(config, stop, damage, caplog):
     else:
         with open(path, "r+b") as f:
             f.write(bytes(os.path.getsize(path)))
+    report = checked(config)
+    assert not report.ok, damage
     caplog.set_level(logging.WARNING)
     store = reopen(config, stop)
     try:
