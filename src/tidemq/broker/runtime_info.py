@@ -65,7 +65,7 @@ class BrokerStats:
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self.boot_timestamp_ms = self._clock_ms()
         self.put_message_times_total = 0  # messages stored
-        self.put_message_size_total = 0  # body bytes stored
+        self.put_message_size_total = 0  # stored record bytes (RocketMQ counts whole records)
         self.put_message_failed_times = 0  # sends refused by the store
         self.put_message_entire_time_max_ms = 0  # slowest store put (incl. a SYNC_FLUSH wait)
         self.get_found_times = 0  # pulls that returned messages
@@ -88,20 +88,22 @@ class BrokerStats:
 
     # -- recording -------------------------------------------------------------------------
 
-    def record_put(self, message_count: int, body_bytes: int, elapsed_ms: int,
+    def record_put(self, message_count: int, stored_bytes: int, elapsed_ms: int,
                    topic: str | None = None) -> None:
-        """Count ``message_count`` messages stored (one send or one batch) of ``topic``."""
+        """Count ``message_count`` messages stored (one send or one batch) of ``topic``,
+        taking ``stored_bytes`` of commit log: whole records, as RocketMQ's
+        putMessageSizeTotal, putMessageAverageSize and per-topic sizes count them."""
         self.put_message_times_total += message_count
-        self.put_message_size_total += body_bytes
+        self.put_message_size_total += stored_bytes
         if elapsed_ms > self.put_message_entire_time_max_ms:
             self.put_message_entire_time_max_ms = elapsed_ms
         if topic is not None:
             totals = self.topic_puts.get(topic)
             if totals is None:
-                self.topic_puts[topic] = [message_count, body_bytes]
+                self.topic_puts[topic] = [message_count, stored_bytes]
             else:
                 totals[0] += message_count
-                totals[1] += body_bytes
+                totals[1] += stored_bytes
 
     def record_put_latency(self, seconds: float) -> None:
         """One store put (a send, a batch, or a group of sends stored together) took

@@ -25,9 +25,9 @@ ORIGIN_MESSAGE_ID (kept if there, else the header's originMsgId, else the messag
 UNIQ_KEY, the id its consumer saw, else its offset id). The store host is this broker's.
 The copy never carries WAIT: like RocketMQ, the answer does not wait for a disk flush.
 
-Dead-letter topics are created readable (perm 6). RocketMQ makes them write-only (perm 2),
-so nothing reads them until an operator runs updateTopicPerm. tidemq lets an operator, the
-admin redrive, or a repair consumer read a dead-letter queue with a plain pull, and nothing
+Dead-letter topics are created readable and writable (perm 6), as Apache's 4.9.7 broker
+creates them (tests/differential/test_retry_delay.py compares the two): an operator, the
+admin redrive, or a repair consumer reads a dead-letter queue with a plain pull, and nothing
 consumes from it by itself: no consumer subscribes to ``%DLQ%`` topics unless told to.
 
 Answers: SUCCESS with an empty header, or an error code whose remark names the group, the

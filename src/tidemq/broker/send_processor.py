@@ -141,7 +141,6 @@ class _Single(NamedTuple):
     message: StoreMessage
     wait: bool
     queue_id: int  # the producer's queue, answered even when the message is delayed
-    body_bytes: int
     position: int  # of its request among those served together
 
 
@@ -401,7 +400,7 @@ class SendMessageProcessor:
         single = self._prepare_single(header, request, connection, 0)
         started = time.monotonic()
         result = self._store.put_message(single.message)
-        self._count(result, single.body_bytes, started, header.topic)
+        self._count(result, started, header.topic)
         return _Stored(result, single.wait, single.queue_id)
 
     def _put_singles(
@@ -418,7 +417,7 @@ class SendMessageProcessor:
         stats.record_put_latency(elapsed_s)
         for single, result in zip(singles, results, strict=True):
             if result.status is PutStatus.PUT_OK:
-                stats.record_put(1, single.body_bytes, elapsed_ms, single.message.topic)
+                stats.record_put(1, result.wrote_bytes, elapsed_ms, single.message.topic)
             else:
                 stats.record_put_failure()
             outcomes[single.position] = _Stored(result, single.wait, single.queue_id)
@@ -468,7 +467,7 @@ class SendMessageProcessor:
             message, self._transactions, self._schedule.level_count
         )
         # The response names the producer's queue, even when the message is delayed.
-        return _Single(message, wait, queue_id, len(body), position)
+        return _Single(message, wait, queue_id, position)
 
     def _retry_or_dead_letter(
         self,
@@ -564,7 +563,6 @@ class SendMessageProcessor:
                 topic, queue_id, columns, batch_properties, sysflag, born_timestamp, born_host,
                 reconsume_times,
             )
-        body_bytes = sum(map(len, columns.bodies))
         started = time.monotonic()
         if merged is None:
             result = (exactly_once.prepare_batch(messages) if prepared
@@ -577,17 +575,17 @@ class SendMessageProcessor:
             result = (exactly_once.prepare_columns(batch, batch_properties,
                                                    merged.without_dropped) if prepared
                       else self._store.put_batch(batch))
-        self._count(result, body_bytes, started, topic)
+        self._count(result, started, topic)
         return _Stored(result, wait, queue_id)
 
     # -- response --------------------------------------------------------------------------
 
-    def _count(self, result: PutResult, body_bytes: int, started: float, topic: str) -> None:
+    def _count(self, result: PutResult, started: float, topic: str) -> None:
         stats = self._stats
         elapsed_s = time.monotonic() - started
         stats.record_put_latency(elapsed_s)
         if result.status is PutStatus.PUT_OK:
-            stats.record_put(result.message_count, body_bytes, int(elapsed_s * 1000), topic)
+            stats.record_put(result.message_count, result.wrote_bytes, int(elapsed_s * 1000), topic)
         else:
             stats.record_put_failure()
 

@@ -188,7 +188,7 @@ class EndWriter:
             else:
                 result = store.put_messages(chunk)
                 bodies = [message.body for message in chunk]
-            self._count(result.status, bodies, started)
+            self._count(result.status, len(bodies), result.wrote_bytes, started)
             if result.status not in STORED:
                 return stored, result
             stored += len(bodies)
@@ -249,9 +249,10 @@ class EndWriter:
         messages: list[StoreMessage] = [end.committed for end in batch]  # type: ignore[misc]
         started = time.monotonic()
         results = store.put_message_group(messages)
-        stored = [m.body for m, r in zip(messages, results, strict=True) if r.status in STORED]
+        stored = [result for result in results if result.status in STORED]
         if stored:
-            self._count(PutStatus.PUT_OK, stored, started)
+            self._count(PutStatus.PUT_OK, len(stored),
+                        sum(result.wrote_bytes for result in stored), started)
         if len(stored) == len(messages):
             return []
         refused = []
@@ -261,11 +262,12 @@ class EndWriter:
                 refused.append(self._refuse(end, result.status, result.remark))
         return refused
 
-    def _count(self, status: PutStatus, bodies: list[bytes], started: float) -> None:
+    def _count(self, status: PutStatus, message_count: int, stored_bytes: int,
+               started: float) -> None:
         stats = self._service.broker_stats
         if status in STORED:
             elapsed_ms = int((time.monotonic() - started) * 1000)
-            stats.record_put(len(bodies), sum(map(len, bodies)), elapsed_ms)
+            stats.record_put(message_count, stored_bytes, elapsed_ms)
         else:
             stats.record_put_failure()
 

@@ -1,0 +1,231 @@
+"""Apache RocketMQ's own name server and broker, started from Maven's jars as a reference.
+
+tests/differential sends the same requests to this cluster and to tidemq and compares the
+answers; the store-compatibility tests start it on a store tidemq wrote (and the other way);
+benchmarks/ measures it beside tidemq. The jars are Apache's 4.9.7 ``NamesrvStartup`` and
+``BrokerStartup`` (tests/java_runtime.py says why that version), run with ``java -cp`` on free
+loopback ports, each with a small heap, small store files and its own ROCKETMQ_HOME holding
+the logback configuration written here (Apache reads ``conf/logback_namesrv.xml`` and
+``conf/logback_broker.xml`` from it). Processes are stopped by the PID started here: SIGTERM
+(Apache's shutdown hook then closes the store cleanly), SIGKILL if that takes too long.
+
+``ReferenceCluster(workdir).start(broker_settings)`` -> ``.namesrv_addr``, ``.broker_addr``;
+``.restart_broker()``, ``.stop_broker()``, ``.stop()``, ``.log_tail()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from java_runtime import JAVA17_OPENS, java, reference_classpath
+from server_processes import free_port
+
+# Generous: a JVM broker starts in 2-5 s on an idle machine, much slower on a busy one.
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 30.0
+NAMESRV_READY = "The Name Server boot success"
+BROKER_READY = "boot success"
+LOG_TAIL_LINES = 40
+
+# Small files, like tests/server_processes.py's TEST_BROKER_SETTINGS (16 MiB holds a 4 MiB
+# message); the IP is loopback so message ids and routes say 127.0.0.1.
+REFERENCE_BROKER_SETTINGS: Mapping[str, str] = {
+    "brokerClusterName": "DefaultCluster",
+    "brokerName": "broker-a",
+    "brokerId": "0",
+    "brokerIP1": "127.0.0.1",
+    "mappedFileSizeCommitLog": str(16 * 1024 * 1024),
+    "mappedFileSizeConsumeQueue": str(30_000 * 20),
+    "maxHashSlotNum": "50000",
+    "maxIndexNum": "200000",
+    "flushDiskType": "ASYNC_FLUSH",
+    "autoCreateTopicEnable": "true",
+    # Apache's default scans for expired files at 04:00; a test must not see a deletion.
+    "deleteWhen": "04",
+}
+
+LOGBACK = """<?xml version="1.0" encoding="UTF-8"?>
+<!-- tidemq's tests: Apache's {kind} logs to one file in its ROCKETMQ_HOME, INFO and up. -->
+<configuration>
+  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
+    <file>{home}/logs/{kind}.log</file>
+    <encoder><pattern>%d{{HH:mm:ss.SSS}} %-5level %logger{{20}} - %msg%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="FILE"/></root>
+</configuration>
+"""
+
+
+@dataclass
+class JavaServer:
+    """One Apache server JVM: its command, folder and the PID started."""
+
+    name: str
+    workdir: Path
+    main_class: str
+    args: list[str]
+    ready_text: str
+    heap_mb: int = 256
+    process: subprocess.Popen[bytes] | None = None
+    stdout_offset: int = 0
+
+    @property
+    def stdout_path(self) -> Path:
+        """Where the JVM's stdout goes (appended across restarts)."""
+        return self.workdir / "stdout.log"
+
+    def start(self) -> None:
+        """Start the JVM and wait (bounded) until it printed that it serves."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.stdout_offset = self.stdout_path.stat().st_size if self.stdout_path.exists() else 0
+        command = [java(), f"-Xms{self.heap_mb}m", f"-Xmx{self.heap_mb}m",
+                   f"-XX:MaxDirectMemorySize={self.heap_mb}m", "-XX:+UseSerialGC",
+                   *JAVA17_OPENS, f"-Duser.home={self.workdir}",
+                   "-Drocketmq.client.logRoot=" + str(self.workdir / "logs"),
+                   "-cp", reference_classpath(), self.main_class, *self.args]
+        env = {**os.environ, "ROCKETMQ_HOME": str(self.workdir)}
+        with open(self.stdout_path, "ab") as stdout:
+            self.process = subprocess.Popen(command, cwd=self.workdir, env=env, stdout=stdout,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            output = self.stdout_path.read_bytes()[self.stdout_offset:].decode(errors="replace")
+            if self.ready_text in output:
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise AssertionError(f"Apache {self.name} did not start:\n{self.log_tail()}")
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; the exit status (None: not started)."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait(STOP_TIMEOUT_S)
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL (a crash: the store keeps its abort file)."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(STOP_TIMEOUT_S)
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last lines of its stdout and of its logback file."""
+        parts = []
+        for path in (self.stdout_path, *sorted((self.workdir / "logs").glob("*.log"))):
+            text = path.read_text(errors="replace") if path.exists() else "(none)"
+            parts.append(f"--- Apache {self.name} {path} ---\n"
+                         + "\n".join(text.splitlines()[-lines:]))
+        return "\n".join(parts)
+
+
+def _write_home(home: Path, kind: str) -> None:
+    (home / "conf").mkdir(parents=True, exist_ok=True)
+    (home / "logs").mkdir(parents=True, exist_ok=True)
+    (home / "conf" / f"logback_{kind}.xml").write_text(LOGBACK.format(home=home, kind=kind))
+
+
+def _write_properties(path: Path, settings: Mapping[str, object]) -> None:
+    path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+
+
+@dataclass
+class ReferenceCluster:
+    """An Apache name server and one Apache broker in ``workdir``."""
+
+    workdir: Path
+    namesrv: JavaServer | None = None
+    broker: JavaServer | None = None
+    settings: dict[str, str] = field(default_factory=dict)
+    namesrv_port: int = 0
+    broker_port: int = 0
+
+    @property
+    def namesrv_addr(self) -> str:
+        """``127.0.0.1:<port>`` of the name server."""
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        """``127.0.0.1:<port>`` of the broker."""
+        return f"127.0.0.1:{self.broker_port}"
+
+    @property
+    def store_dir(self) -> Path:
+        """The broker's storePathRootDir."""
+        return Path(self.settings["storePathRootDir"])
+
+    def start(self, broker_settings: Mapping[str, object] | None = None,
+              store_dir: Path | None = None) -> ReferenceCluster:
+        """Start the name server, then the broker registered with it; returns self.
+
+        Args:
+            broker_settings: broker.conf keys over REFERENCE_BROKER_SETTINGS.
+            store_dir: the storePathRootDir (default: ``workdir/broker/store``), for example
+                a store tidemq wrote.
+        """
+        home = self.workdir / "namesrv"
+        _write_home(home, "namesrv")
+        self.namesrv_port = free_port()
+        _write_properties(home / "namesrv.properties", {"listenPort": self.namesrv_port})
+        self.namesrv = JavaServer("name server", home,
+                                  "org.apache.rocketmq.namesrv.NamesrvStartup",
+                                  ["-c", str(home / "namesrv.properties")], NAMESRV_READY, 128)
+        self.namesrv.start()
+        broker_home = self.workdir / "broker"
+        store = store_dir or broker_home / "store"
+        self.settings = {**REFERENCE_BROKER_SETTINGS,
+                         **{key: str(value) for key, value in (broker_settings or {}).items()},
+                         "namesrvAddr": self.namesrv_addr,
+                         "storePathRootDir": str(store),
+                         "storePathCommitLog": str(store / "commitlog")}
+        self._start_broker()
+        return self
+
+    def _start_broker(self) -> None:
+        home = self.workdir / "broker"
+        _write_home(home, "broker")
+        if not self.broker_port:
+            # The broker also listens on port - 2 (its VIP channel) and port + 1 (HA).
+            self.broker_port = free_port(neighbours=(-2, 1))
+        self.settings["listenPort"] = str(self.broker_port)
+        _write_properties(home / "broker.conf", self.settings)
+        self.broker = JavaServer("broker", home, "org.apache.rocketmq.broker.BrokerStartup",
+                                 ["-c", str(home / "broker.conf")], BROKER_READY)
+        self.broker.start()
+
+    def stop_broker(self) -> int | None:
+        """Stop the broker only (clean shutdown); the name server stays."""
+        return self.broker.stop() if self.broker else None
+
+    def restart_broker(self) -> None:
+        """Stop the broker and start it again on the same port and store."""
+        self.stop_broker()
+        self._start_broker()
+
+    def stop(self) -> None:
+        """Stop the broker, then the name server."""
+        with contextlib.suppress(Exception):
+            self.stop_broker()
+        if self.namesrv is not None:
+            self.namesrv.stop()
+
+    def log_tail(self) -> str:
+        """Both servers' log tails, for failure reports."""
+        return "\n".join(server.log_tail() for server in (self.namesrv, self.broker) if server)
