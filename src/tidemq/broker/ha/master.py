@@ -205,6 +205,10 @@ class HAService:
             log.info("slave %s of broker %s: connection lost (%s)", peer, self._broker_name, e)
         except RemoteProtocolError as e:
             log.warning("closing HA connection from %s: %s", peer, e)
+        except asyncio.CancelledError:
+            # stop() ends the connection; ending quietly keeps asyncio's stream callback from
+            # logging the cancellation as an error.
+            pass
         finally:
             write_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
