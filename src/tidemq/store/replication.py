@@ -171,9 +171,6 @@ class CommitLogReplica:
         if mapped.reserved_position < mapped.file_size:
             mapped.reserve(mapped.file_size)  # a full disk refuses here, never faults below
         self.commit_log.write_raw(mapped, data)
-        allocator = self.commit_log.allocator
-        if allocator is not None:
-            allocator.note_written(mapped.write_position)  # paces the next segment's warming
         return mapped.end_offset
 
     def _start_log_at(self, physical_offset: int) -> None:
