@@ -31,11 +31,14 @@ _CLIENT_EXPORTS = (
     "PullStatus",
     "PushConsumer",
     "PushStats",
+    "RequestTimeout",
     "SendResult",
     "SendStatus",
     "TransactionProducer",
     "TransactionSendResult",
     "TransactionState",
+    "reply_message",
+    "replying",
     "tls_context",
 )
 

@@ -39,6 +39,7 @@ from tidemq.client import admin_servers as _admin_servers
 from tidemq.client import producer as _producer
 from tidemq.client import pull_consumer as _pull_consumer
 from tidemq.client import push_consumer as _push_consumer
+from tidemq.client import request_reply as _request_reply
 from tidemq.client.admin_consumers import ConsumerRunningInfo
 from tidemq.client.consume_service import PushStats
 from tidemq.client.listener import ConsumeResult, Listener, MessageModel
@@ -217,6 +218,16 @@ class Producer(_Twin):
     def send_oneway(self, message: Message, **options: Any) -> None:
         """Send one message without waiting for an answer (``Producer.send_oneway``)."""
         self._run(self._async.send_oneway(message, **options))
+
+    def request(self, message: Message, timeout_ms: int = 3000, **options: Any) -> MessageExt:
+        """Send a request and wait for its reply (``Producer.request``)."""
+        return self._run(self._async.request(message, timeout_ms, **options))
+
+    def request_async(self, message: Message, timeout_ms: int = 3000,
+                      **options: Any) -> concurrent.futures.Future:
+        """Start a request; the future resolves to the reply (or RequestTimeout). Add
+        callbacks with ``future.add_done_callback`` (RocketMQ's RequestCallback)."""
+        return self._runner.submit(self._async.request(message, timeout_ms, **options))
 
     def queues(self, topic: str) -> list[MessageQueue]:
         """The publish queues of ``topic``."""
@@ -494,6 +505,21 @@ class Admin(_Twin):
         if name in _ADMIN_ITERATORS:
             return lambda *args, **kwargs: self._run(_collect(method(*args, **kwargs)))
         return lambda *args, **kwargs: self._run(method(*args, **kwargs))
+
+
+def replying(producer: Producer, handler: Callable[[MessageExt], bytes | str]
+             ) -> Callable[[list[MessageExt]], ConsumeResult]:
+    """A listener for ``tidemq.sync.PushConsumer`` that answers each request with
+    ``handler(request)`` sent by the sync ``producer`` (``tidemq.client.replying``'s twin)."""
+
+    def listener(messages: list[MessageExt]) -> ConsumeResult:
+        for message in messages:
+            body = handler(message)
+            if _request_reply.is_request(message):
+                producer.send(_request_reply.reply_message(message, body))
+        return ConsumeResult.SUCCESS
+
+    return listener
 
 
 # The Admin mixins whose public methods the sync twin forwards (Admin.__getattr__).

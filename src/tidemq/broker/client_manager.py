@@ -501,3 +501,12 @@ class ProducerManager:
     def groups(self) -> list[str]:
         """Names of the producer groups with live members."""
         return list(self._groups)
+
+    def find_connection(self, client_id: str) -> Connection | None:
+        """The open connection of the producer whose client id is ``client_id`` (a
+        requester waiting for replies), or None."""
+        for channels in self._groups.values():
+            for channel in channels.values():
+                if channel.client_id == client_id and not channel.connection.is_closing:
+                    return channel.connection
+        return None

@@ -134,6 +134,10 @@ class BrokerConfig:
         default=True, metadata=_key("autoCreateSubscriptionGroup")
     )
     slave_read_enable: bool = field(default=False, metadata=_key("slaveReadEnable"))
+    # Keep replies (SEND_REPLY_MESSAGE) in <cluster>_REPLY_TOPIC besides pushing them to the
+    # requester, as RocketMQ 4.x does by default: they can be looked up and traced later.
+    store_reply_message_enable: bool = field(default=True,
+                                             metadata=_key("storeReplyMessageEnable"))
     # With slaveReadEnable, a pull whose data lies further behind the commit log's end than
     # this percentage of the machine's memory (no longer likely in the page cache) is told
     # to go to the group's whichBrokerWhenConsumeSlowly (RocketMQ's MessageStoreConfig key

@@ -60,6 +60,7 @@ from tidemq.broker.offset_processor import ConsumerOffsetProcessor
 from tidemq.broker.parts import BrokerParts
 from tidemq.broker.pull_processor import PullMessageProcessor
 from tidemq.broker.query_processor import QueryMessageProcessor
+from tidemq.broker.reply_processor import ReplyMessageProcessor
 from tidemq.broker.runtime_info import SAMPLE_INTERVAL_MS
 from tidemq.broker.schedule_service import ScheduleMessageService
 from tidemq.broker.send_back_processor import SendBackProcessor
@@ -226,6 +227,10 @@ class BrokerController:
             registration=self.registration, client_admin=client_admin,
         )
         self.acl_admin_processor = AclAdminProcessor(self.acl, self._describe_for_acl)
+        self.reply_processor = ReplyMessageProcessor(
+            config=parts.config, identity=parts.identity, producers=parts.clients.producers,
+            send=self.send_processor,
+        )
         self.maintenance_processor = MaintenanceProcessor(
             config=parts.config, store_config=parts.store_config, store=parts.store,
             topics=parts.topics, registration=self.registration, config_dir=parts.config_dir,
@@ -237,7 +242,7 @@ class BrokerController:
             ),
             self.pull_processor, self.client_processor, self.offset_processor,
             self.query_processor, self.lock_processor, self.acl_admin_processor,
-            self.maintenance_processor,
+            self.maintenance_processor, self.reply_processor,
             self.admin_processor,
         ]
 

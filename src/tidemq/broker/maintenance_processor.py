@@ -56,6 +56,7 @@ RUNTIME_KEYS = frozenset({
     "fileReservedTime",
     "deleteWhen",
     "diskMaxUsedSpaceRatio",
+    "storeReplyMessageEnable",
 })
 
 # Entries one QUERY_CONSUME_QUEUE answers at most: the response stays small whatever count

@@ -285,6 +285,16 @@ class SendMessageProcessor:
             responses.append(outcome)
         return responses
 
+    def check_send(self, header: SendMessageRequestHeader, body_length: int,
+                   connection: Connection) -> TopicConfig:
+        """The checks a send passes before it is stored (module docstring, 2 to 6), for a
+        request that is sent on before it is stored (a reply).
+
+        Raises:
+            SendRefused: a check failed (its code and remark are the answer).
+        """
+        return self._check(header, body_length, connection)
+
     def _response_fields(self) -> dict[str, str]:
         config = self._config
         return {

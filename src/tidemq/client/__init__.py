@@ -37,6 +37,7 @@ from tidemq.client.message import (
 from tidemq.client.producer import Producer
 from tidemq.client.pull_consumer import ConsumeFrom, PullConsumer
 from tidemq.client.push_consumer import PushConsumer
+from tidemq.client.request_reply import RequestTimeout, reply_message, replying
 from tidemq.client.route import BrokerData, ClusterInfo, QueueData, TopicRouteData
 from tidemq.client.security import Credentials, tls_context
 from tidemq.client.transaction_producer import (
@@ -73,6 +74,7 @@ __all__ = [
     "PushConsumer",
     "PushStats",
     "QueueData",
+    "RequestTimeout",
     "SendResult",
     "SendStatus",
     "TopicOffset",
@@ -80,5 +82,7 @@ __all__ = [
     "TransactionProducer",
     "TransactionSendResult",
     "TransactionState",
+    "reply_message",
+    "replying",
     "tls_context",
 ]

@@ -57,6 +57,12 @@ from tidemq.client.queue_selection import (
     RoundRobin,
     select_by_sharding_key,
 )
+from tidemq.client.request_reply import (
+    REQUEST_TIMEOUT_MS_DEFAULT,
+    ReplyWaiters,
+    is_reply,
+    send_request,
+)
 from tidemq.client.route import TopicRouteData
 from tidemq.client.security import Credentials, TlsOption
 from tidemq.client.trace_data import TRACE_PRODUCER_GROUP, TRACE_TOPIC_DEFAULT
@@ -72,6 +78,7 @@ from tidemq.protocol.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     SYSFLAG_COMPRESSED,
     SYSFLAG_COMPRESSION_ZLIB,
+    MessageExt,
     encode_properties,
 )
 from tidemq.protocol.msgid import new_unique_key
@@ -193,6 +200,10 @@ class Producer(ClientLifecycle):
         self._valid_topics: set[str] = set()
         self._default_topic_queue_nums_text = str(default_topic_queue_nums)
         self._client_name = f"producer {group!r}"
+        # Replies to this producer's requests arrive on its broker connections.
+        self._replies = ReplyWaiters()
+        self._replies.register(self._instance.remoting)
+        self._request_topics: set[str] = set()
         namesrv_addresses = self._instance.namesrv_addresses
         self.tracer: Tracer | None = (
             Tracer(new_trace_dispatcher(namesrv_addresses, trace_topic,
@@ -292,19 +303,72 @@ class Producer(ClientLifecycle):
             "i": properties_text,
             **retry_fields,
         }
+        # A reply (request_reply.reply_message) is sent with its own code, so the broker
+        # pushes it to its requester.
+        code = RequestCode.SEND_REPLY_MESSAGE_V2 if is_reply(message) else (
+            RequestCode.SEND_MESSAGE_V2)
         if self.tracer is None:
             return await self._send_request(
-                RequestCode.SEND_MESSAGE_V2, topic, fields, body, unique_key, message,
+                code, topic, fields, body, unique_key, message,
                 sharding_key, queue, selector, timeout_ms,
             )
         started_ms = time.time_ns() // 1_000_000
         result = await self._send_request(
-            RequestCode.SEND_MESSAGE_V2, topic, fields, body, unique_key, message,
+            code, topic, fields, body, unique_key, message,
             sharding_key, queue, selector, timeout_ms,
         )
         self.tracer.sent((message,), result, started_ms,
                          self._instance.master_address(result.queue.broker_name))
         return result
+
+    async def request(self, message: Message, timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
+                      **options: Any) -> MessageExt:
+        """Send ``message`` as a request and return the reply a consumer sends back
+        (RocketMQ's request-reply; the consumer answers with ``request_reply.reply_message``
+        or a ``request_reply.replying`` listener).
+
+        Args:
+            message: the request; it gets CORRELATION_ID, REPLY_TO_CLIENT and TTL properties.
+            timeout_ms: how long to wait for the reply, the send included.
+            options: as ``send`` (``sharding_key``, ``queue``, ``selector``).
+
+        Returns:
+            The reply message (body, properties, the replier's born and store hosts).
+
+        Raises:
+            RequestTimeout: no reply within ``timeout_ms``.
+            and what ``send`` raises.
+        """
+        self._check_running()
+        if message.topic not in self._request_topics:
+            # The broker pushes the reply to this client only if it knows it: announce it to
+            # the brokers of the topic before the first request (as RocketMQ's client does).
+            await self.queues(message.topic)
+            await self._instance.send_heartbeat()
+            self._request_topics.add(message.topic)
+        return await send_request(self, self._replies, message, timeout_ms, **options)
+
+    def request_with_callback(
+        self, message: Message, on_reply: Callable[[MessageExt], Any],
+        on_error: Callable[[BaseException], Any] | None = None,
+        timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT, **options: Any,
+    ) -> asyncio.Task[None]:
+        """Send a request and return at once; ``on_reply(reply)`` or ``on_error(exception)``
+        is called on the event loop when it ends (RocketMQ's request with a RequestCallback).
+        An error without ``on_error`` is logged."""
+
+        async def run() -> None:
+            try:
+                reply = await self.request(message, timeout_ms, **options)
+            except Exception as exc:
+                if on_error is None:
+                    log.warning("request to topic %s failed: %s", message.topic, exc)
+                else:
+                    on_error(exc)
+                return
+            on_reply(reply)
+
+        return asyncio.get_running_loop().create_task(run(), name="tidemq-request")
 
     async def send_batch(
         self,

@@ -97,6 +97,15 @@ PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_CLUSTER = "CLUSTER"
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 PROPERTY_TRANSACTION_ID = "__transactionId__"
+# Request-reply (docs/protocol.md, "Request-reply"): a request carries its correlation id, the
+# requester's client id and its time to live; the reply carries the same three and MSG_TYPE.
+PROPERTY_CORRELATION_ID = "CORRELATION_ID"
+PROPERTY_MESSAGE_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+PROPERTY_MESSAGE_TTL = "TTL"
+PROPERTY_MESSAGE_TYPE = "MSG_TYPE"
+PROPERTY_PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+REPLY_MESSAGE_FLAG = "reply"  # MSG_TYPE of a reply
+REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"  # replies go to <cluster>_REPLY_TOPIC
 KEY_SEPARATOR = " "
 
 # Positions of fixed fields inside a record, whatever the host lengths.
