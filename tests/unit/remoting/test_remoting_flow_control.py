@@ -109,6 +109,9 @@ def test_requests_to_a_peer_that_does_not_read_wait_instead_of_buffering(run):
         addr = f"127.0.0.1:{deaf.sockets[0].getsockname()[1]}"
         try:
             async with RemotingClient() as client:
+                # Connect first with a generous bound: on a busy machine connecting alone can
+                # take longer than the requests' 300 ms, which is not what this test is about.
+                await client.get_connection(addr, 10_000)
                 requests = [RemotingCommand.request(ECHO, body=b"q" * MIB) for _ in range(40)]
                 results = await asyncio.gather(
                     *(client.invoke(addr, r, timeout_ms=300) for r in requests),
