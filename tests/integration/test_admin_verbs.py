@@ -279,9 +279,10 @@ def test_every_verb_has_a_json_option_and_this_file_runs_it():
         assert any(param.name == "as_json" for param in command.params), name
         if f'"{name}"' not in source:
             untested.append(name)
-    # verbs tested in their own files (live consumers' status, dead letters, traces)
+    # verbs tested in their own files (live consumers' status, dead letters, traces, ACL)
     elsewhere = {"queryMsgTraceById", "consumerStatus", "getConsumerStatus", "dlqList",
-                 "dlqRedrive"}
+                 "dlqRedrive", "updateAclConfig", "deleteAclConfig", "updateGlobalWhiteAddr",
+                 "clusterAclConfigVersion", "getAclConfig"}
     assert sorted(set(untested) - elsewhere) == []
 
 

@@ -38,7 +38,10 @@ def _split(text: str | None) -> list[str] | None:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
-def _changed(addresses: list[str], what: str) -> None:
+def _changed(addresses: list[str], what: str, as_json: bool = False) -> None:
+    if as_json:
+        print_json({"updated": addresses, "what": what})
+        return
     for address in addresses:
         click.echo(f"{what} on {address}")
 
@@ -58,12 +61,13 @@ def _changed(addresses: list[str], what: str) -> None:
 @click.option("-t", "--topicPerms", "topic_perms", help="topicA=PUB,topicB=SUB|PUB,...")
 @click.option("-g", "--groupPerms", "group_perms", help="groupA=SUB,groupB=DENY,...")
 @click.option("-m", "--admin", "is_admin", type=click.BOOL, help="true: may administer.")
+@json_option
 @with_admin
 async def update_acl_config(client: Admin, broker_addr: str | None, cluster: str | None,
                             access_key: str, secret_key: str | None, white: str | None,
                             topic_perm: str | None, group_perm: str | None,
                             topic_perms: str | None, group_perms: str | None,
-                            is_admin: bool | None) -> None:
+                            is_admin: bool | None, as_json: bool) -> None:
     """Create an ACL account, or change the fields given for it."""
     changed = await client.update_acl_config(
         access_key, broker_addr=broker_addr, cluster=cluster, secret_key=secret_key,
@@ -71,20 +75,21 @@ async def update_acl_config(client: Admin, broker_addr: str | None, cluster: str
         default_topic_perm=topic_perm.upper() if topic_perm else None,
         default_group_perm=group_perm.upper() if group_perm else None,
         topic_perms=_split(topic_perms), group_perms=_split(group_perms))
-    _changed(changed, f"ACL account {access_key} created or updated")
+    _changed(changed, f"ACL account {access_key} created or updated", as_json)
 
 
 @admin.command("deleteAclConfig")
 @namesrv_option
 @_targets
 @click.option("-a", "--accessKey", "access_key", required=True, help="The account to delete.")
+@json_option
 @with_admin
 async def delete_acl_config(client: Admin, broker_addr: str | None, cluster: str | None,
-                            access_key: str) -> None:
+                            access_key: str, as_json: bool) -> None:
     """Delete an ACL account."""
     changed = await client.delete_acl_config(access_key, broker_addr=broker_addr,
                                              cluster=cluster)
-    _changed(changed, f"ACL account {access_key} deleted")
+    _changed(changed, f"ACL account {access_key} deleted", as_json)
 
 
 @admin.command("updateGlobalWhiteAddr")
@@ -93,13 +98,14 @@ async def delete_acl_config(client: Admin, broker_addr: str | None, cluster: str
 @click.option("-g", "--globalWhiteRemoteAddresses", "patterns", required=True,
               help="Address patterns, comma-separated (10.0.0.*,192.168.1.10); they replace "
                    "the list.")
+@json_option
 @with_admin
 async def update_global_white_addr(client: Admin, broker_addr: str | None, cluster: str | None,
-                                   patterns: str) -> None:
+                                   patterns: str, as_json: bool) -> None:
     """Replace the ACL global white list (peers that need no signature)."""
     changed = await client.update_global_white_addrs(_split(patterns) or [],
                                                      broker_addr=broker_addr, cluster=cluster)
-    _changed(changed, "ACL global white list updated")
+    _changed(changed, "ACL global white list updated", as_json)
 
 
 @admin.command("clusterAclConfigVersion")
