@@ -48,6 +48,7 @@ class FakeBroker:
         self.queues: dict[tuple[str, int], StoredQueue] = defaultdict(StoredQueue)
         self.requests: list[RemotingCommand] = []
         self.heartbeats: list[dict] = []
+        self.member_questions = 0  # GET_CONSUMER_LIST_BY_GROUP requests answered
         self.unregistered: list[dict[str, str]] = []
         self.offsets: dict[tuple[str, str, int], int] = {}
         self.answer_sends_with: int | None = None  # a response code to refuse sends with
@@ -221,6 +222,7 @@ class FakeBroker:
 
     async def on_consumer_list(self, request, connection) -> RemotingCommand:
         group = (request.ext_fields or {})["consumerGroup"]
+        self.member_questions += 1
         left = {u.get("clientID") for u in self.unregistered if u.get("consumerGroup") == group}
         members = sorted({
             beat["clientID"] for beat in self.heartbeats

@@ -342,3 +342,38 @@ def test_where_a_queue_without_a_committed_offset_starts(run):
     assert run(main("FIRST")) == sorted(["T:new", "T:retried", *old])
     assert run(main("TIMESTAMP")) == sorted(["T:new", *old[3:]])
     assert run(main("FIRST", committed_offset=4)) == sorted(["T:new", "T:retried", *old[4:]])
+
+
+def test_a_broker_that_knows_no_member_yet_does_not_take_the_queues_away(run):
+    # A master back from a restart has had no heartbeat yet and lists no member: the
+    # consumer keeps its queues (as RocketMQ's does) instead of dropping them and taking them
+    # back at a stale committed offset once its next heartbeat arrives.
+    async def main():
+        async with FakeCluster(1) as cluster:
+            broker = cluster.brokers[0]
+            fill(cluster, 5)
+            seen: list[str] = []
+            consumer = consumer_for(cluster, rebalance_interval_ms=50,
+                                    heartbeat_broker_interval_ms=3_600_000)
+
+            @consumer.listener
+            def on_messages(messages):
+                seen.extend(m.body.decode() for m in messages)
+
+            async with consumer:
+                await wait_for(lambda: len(seen) >= 10, "the first 10 messages")
+                owned = set(consumer.process_queues)
+                broker.heartbeats.clear()  # the broker forgot the group's members
+                asked = broker.member_questions
+                await wait_for(lambda: broker.member_questions >= asked + 3,
+                               "rebalances against the forgetful broker")
+                for queue_id in range(2):
+                    broker.store(TOPIC, queue_id, f"late:{queue_id}".encode(),
+                                 encode_properties({"UNIQ_KEY": f"late-{queue_id}"}))
+                await wait_for(lambda: len(seen) >= 12, "the messages stored afterwards")
+                return owned, set(consumer.process_queues), seen
+
+    owned, still_owned, seen = run(main())
+    assert owned and still_owned == owned
+    assert sorted(seen) == sorted([f"broker-a:{q}:{i}" for q in range(2) for i in range(5)]
+                                  + ["late:0", "late:1"])  # nothing consumed twice
