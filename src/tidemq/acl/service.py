@@ -42,7 +42,7 @@ from tidemq.acl.acl_file import (
     parse_acl_document,
     write_acl_document,
 )
-from tidemq.acl.validator import AclValidator
+from tidemq.acl.validator import DEFER_SIGNATURE_BODY_BYTES_MIN, AclValidator, PendingSignature
 
 if TYPE_CHECKING:
     from tidemq.protocol.command import RemotingCommand
@@ -89,7 +89,8 @@ class AclService:
     ) -> None:
         self.path = Path(path)
         self._stamp = _stamp(self.path)
-        self.validator = AclValidator(load_acl_file(self.path), checked_codes=checked_codes)
+        self.validator = AclValidator(load_acl_file(self.path), checked_codes=checked_codes,
+                                      defer_body_bytes_min=DEFER_SIGNATURE_BODY_BYTES_MIN)
         self.poll_interval_s = poll_interval_s
         self._failed_stamp: _FileStamp | None = None
         self._task: asyncio.Task[None] | None = None
@@ -101,9 +102,12 @@ class AclService:
         """The rules in force."""
         return self.validator.rules
 
-    def guard(self, request: RemotingCommand, connection: Any) -> tuple[int, str] | None:
+    def guard(self, request: RemotingCommand, connection: Any
+              ) -> tuple[int, str] | PendingSignature | None:
         """The remoting request guard: ``RemotingServer.set_request_guard(service.guard)``;
-        ``connection`` is anything with the peer's ``remote_address`` (``"ip:port"``)."""
+        ``connection`` is anything with the peer's ``remote_address`` (``"ip:port"``). Large
+        bodies' signatures come back as a ``PendingSignature`` for the worker thread
+        (``tidemq.remoting.dispatch.DeferredCheck``)."""
         return self.validator.check(request, connection.remote_address)
 
     # -- hot reload ----------------------------------------------------------------------------

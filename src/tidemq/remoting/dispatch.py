@@ -33,7 +33,11 @@ response now (a held pull, a oneway request). It is how the metrics count reques
 
 - a *request guard* is set and refuses the request (the broker's ACL check): the code and
   remark the guard gave; no handler runs. The guard sees every request before any routing,
-  in the order they arrived, so nothing reaches a handler without passing it.
+  in the order they arrived, so nothing reaches a handler without passing it. A guard may
+  answer "later" with a ``DeferredCheck`` for work that hashes many bytes (the signature
+  over a large batch body): the deferred checks of one read run together in one worker
+  thread (hashlib releases the GIL, so the event loop goes on meanwhile), and the requests
+  are routed, in their order, once all are decided.
 
 Oneway requests never get any of these; a refusal is only logged.
 """
@@ -41,11 +45,12 @@ Oneway requests never get any of these; a refusal is only logged.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, request_code_name
 from tidemq.protocol.command import RemotingCommand
@@ -59,10 +64,39 @@ Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | 
 GroupHandler = Callable[
     [list[RemotingCommand], "Connection"], Awaitable[list[RemotingCommand | None]]
 ]
-# ``guard(request, connection)`` returns None to let the request through, or the
-# ``(response code, remark)`` to refuse it with. It runs on the loop for every request, so it
-# must be quick and must not await.
-RequestGuard = Callable[[RemotingCommand, "Connection"], "tuple[int, str] | None"]
+Refusal = tuple[int, str]
+
+
+class DeferredCheck(Protocol):
+    """The part of a guard's check left for a worker thread: ``decide()`` returns None (let
+    the request through) or the refusal. It must be thread-safe and must not touch the loop."""
+
+    def decide(self) -> Refusal | None: ...
+
+
+# ``guard(request, connection)`` returns None to let the request through, the
+# ``(response code, remark)`` to refuse it with, or a ``DeferredCheck``. It runs on the loop
+# for every request, so it must be quick and must not await.
+RequestGuard = Callable[[RemotingCommand, "Connection"], "Refusal | DeferredCheck | None"]
+
+# Deferred checks run here, one read's checks per call. One thread: the loop is the other
+# core's work on the 2-core machines this is sized for, and checks of one read are ordered.
+_guard_executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _guard_worker() -> concurrent.futures.ThreadPoolExecutor:
+    global _guard_executor
+    if _guard_executor is None:
+        _guard_executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="tidemq-request-guard")
+    return _guard_executor
+
+
+def _decide_all(checks: list[DeferredCheck]) -> list[Refusal | None]:
+    return [check.decide() for check in checks]
+
+
+_REFUSED = object()  # a guard verdict: refused and answered already
 # ``observer(request code, response code, seconds, count)``: see the module docstring.
 RequestObserver = Callable[[int, int, float, int], None]
 NO_RESPONSE = -1
@@ -187,8 +221,14 @@ class RequestDispatcher:
 
     def dispatch(self, request: RemotingCommand, connection: Connection) -> None:
         """Serve ``request`` from ``connection``; calls ``connection._request_done`` once."""
-        if self._guard is not None and self._refused_by_guard(request, connection):
-            return
+        if self._guard is not None:
+            verdict = self._ask_guard(request, connection)
+            if verdict is _REFUSED:
+                return
+            if verdict is not None:
+                self._spawn(self._dispatch_when_decided([request], [verdict], connection),
+                            connection)
+                return
         self._dispatch_checked(request, connection)
 
     def _dispatch_checked(self, request: RemotingCommand, connection: Connection) -> None:
@@ -223,7 +263,22 @@ class RequestDispatcher:
             self.dispatch(requests[0], connection)
             return
         if self._guard is not None:
-            requests = [r for r in requests if not self._refused_by_guard(r, connection)]
+            passed: list[RemotingCommand] = []
+            verdicts: list[DeferredCheck | None] = []
+            for request in requests:
+                verdict = self._ask_guard(request, connection)
+                if verdict is not _REFUSED:
+                    passed.append(request)
+                    verdicts.append(verdict)  # type: ignore[arg-type]
+            if any(verdict is not None for verdict in verdicts):
+                self._spawn(self._dispatch_when_decided(passed, verdicts, connection),
+                            connection)
+                return
+            requests = passed
+        self._dispatch_grouped(requests, connection)
+
+    def _dispatch_grouped(self, requests: list[RemotingCommand], connection: Connection) -> None:
+        """``dispatch_many`` for requests the guard (if any) already let through."""
         groups: list[_Group] = []
         open_groups: dict[int, _Group] = {}  # by request code: the group taking requests
         routes = self._routes
@@ -249,25 +304,69 @@ class RequestDispatcher:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    def _refused_by_guard(self, request: RemotingCommand, connection: Connection) -> bool:
-        """Ask the guard; on a refusal answer the request (``_request_done`` called)."""
+    def _ask_guard(self, request: RemotingCommand, connection: Connection) -> object:
+        """The guard's verdict: None (through), a ``DeferredCheck``, or ``_REFUSED`` after
+        answering the refusal (``_request_done`` called)."""
         try:
-            refusal = self._guard(request, connection)  # type: ignore[misc]
+            verdict = self._guard(request, connection)  # type: ignore[misc]
         except Exception as exc:
             log.exception(
                 "request guard failed on %s from %s; refusing it",
                 request.describe(),
                 connection.remote_address,
             )
-            refusal = (
+            verdict = (
                 ResponseCode.SYSTEM_ERROR,
                 f"the request could not be checked: {describe_exception(exc)}",
             )
-        if refusal is None:
-            return False
-        code, remark = refusal
+        if verdict is None or not isinstance(verdict, tuple):
+            return verdict
+        code, remark = verdict
         self._refuse(request, connection, code, remark)
-        return True
+        return _REFUSED
+
+    def _spawn(self, coroutine: Awaitable[None], connection: Connection) -> None:
+        task = connection._loop.create_task(coroutine)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _dispatch_when_decided(
+        self,
+        requests: list[RemotingCommand],
+        verdicts: list[DeferredCheck | None],
+        connection: Connection,
+    ) -> None:
+        """Run the deferred checks of one read in the worker thread, then answer the
+        refused requests and route the others, in their order."""
+        checks = [verdict for verdict in verdicts if verdict is not None]
+        decided = False
+        try:
+            try:
+                results = await connection._loop.run_in_executor(
+                    _guard_worker(), _decide_all, checks)
+            except Exception as exc:
+                log.exception("deferred request check from %s failed; refusing",
+                              connection.remote_address)
+                failure = (ResponseCode.SYSTEM_ERROR,
+                           f"the request could not be checked: {describe_exception(exc)}")
+                results = [failure] * len(checks)
+            decided = True
+            outcome = iter(results)
+            passed = []
+            for request, verdict in zip(requests, verdicts, strict=True):
+                refusal = next(outcome) if verdict is not None else None
+                if refusal is None:
+                    passed.append(request)
+                else:
+                    self._refuse(request, connection, *refusal)
+            if len(passed) == 1:
+                self._dispatch_checked(passed[0], connection)
+            elif passed:
+                self._dispatch_grouped(passed, connection)
+        finally:
+            if not decided:  # cancelled while waiting (shutdown): nothing will answer them
+                for _ in requests:
+                    connection._request_done()
 
     def _refuse(self, request: RemotingCommand, connection: Connection, code: int,
                 remark: str) -> None:

@@ -18,7 +18,7 @@ async def _ok(request, connection):
     return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
 
-def _exchange(tmp_path, credentials):
+def _exchange(tmp_path, credentials, body_size=2):
     service = AclService(write_acl(tmp_path))
     handled: list[int] = []
 
@@ -36,8 +36,9 @@ def _exchange(tmp_path, credentials):
             addr = f"127.0.0.1:{server.bound_ports[0]}"
             template = {"a": "pg", "b": "Orders"}  # shared, as hot paths share templates
             responses = [
-                await client.invoke(addr, RemotingCommand(RequestCode.SEND_MESSAGE_V2, n + 1,
-                                                          ext_fields=template, body=b"m%d" % n))
+                await client.invoke(addr, RemotingCommand(
+                    RequestCode.SEND_MESSAGE_V2, n + 1, ext_fields=template,
+                    body=(b"m%d" % n).ljust(body_size, b".")))
                 for n in range(3)
             ]
             assert template == {"a": "pg", "b": "Orders"}  # the hook copied, never mutated
@@ -46,15 +47,23 @@ def _exchange(tmp_path, credentials):
     return asyncio.run(main()), handled
 
 
-def test_signed_requests_pass_the_guard(tmp_path):
-    responses, handled = _exchange(tmp_path, Credentials("publisher", "pub-secret"))
+# 64 KiB bodies take the deferred path: the signature is checked in the guard's worker thread.
+BODY_SIZES = [2, 64 * 1024]
+
+
+@pytest.mark.parametrize("body_size", BODY_SIZES)
+def test_signed_requests_pass_the_guard(tmp_path, body_size):
+    responses, handled = _exchange(tmp_path, Credentials("publisher", "pub-secret"), body_size)
     assert [r.code for r in responses] == [ResponseCode.SUCCESS] * 3
     assert handled == [RequestCode.SEND_MESSAGE_V2] * 3
 
 
-@pytest.mark.parametrize("credentials", [None, Credentials("publisher", "wrong-secret")])
-def test_unsigned_or_wrongly_signed_requests_reach_no_handler(tmp_path, credentials):
-    responses, handled = _exchange(tmp_path, credentials)
+@pytest.mark.parametrize("body_size", BODY_SIZES)
+@pytest.mark.parametrize("credentials", [None, Credentials("publisher", "wrong-secret"),
+                                         Credentials("consumer", "sub-secret")])
+def test_unsigned_wrongly_signed_or_unpermitted_requests_reach_no_handler(
+        tmp_path, credentials, body_size):
+    responses, handled = _exchange(tmp_path, credentials, body_size)
     assert {r.code for r in responses} == {ResponseCode.NO_PERMISSION}
     assert handled == []
 

@@ -148,3 +148,23 @@ def test_name_server_checks_only_its_write_codes(tmp_path):
     assert "not signed" in refused(validator, put_kv)
     assert "needs an admin" in refused(validator, signed(put_kv, "consumer", "sub-secret"))
     assert validator.check(signed(put_kv, "operator", "admin-secret"), PEER) is None
+
+
+def test_large_bodies_defer_only_the_signature_and_decide_the_same(tmp_path):
+    from tidemq.acl.validator import PendingSignature
+
+    deferring = AclValidator(load_acl_file(write_acl(tmp_path)), defer_body_bytes_min=1024)
+    big = b"x" * 4096
+    ok = signed(send("Orders", body=big), "publisher", "pub-secret")
+    verdict = deferring.check(ok, PEER)
+    assert isinstance(verdict, PendingSignature) and verdict.decide() is None
+    wrong = signed(send("Orders", body=big), "publisher", "not-the-secret")
+    assert "does not match" in deferring.check(wrong, PEER).decide()[1]
+    unpermitted = signed(send("Audit", body=big), "publisher", "pub-secret")
+    assert "no PUB permission" in deferring.check(unpermitted, PEER).decide()[1]
+    # a bad signature wins over a missing permission, as when checked in order
+    both = signed(send("Audit", body=big), "publisher", "not-the-secret")
+    assert "does not match" in deferring.check(both, PEER).decide()[1]
+    # small bodies and the cheap refusals are decided at once
+    assert deferring.check(signed(send("Orders"), "publisher", "pub-secret"), PEER) is None
+    assert deferring.check(send("Orders", body=big), PEER)[0] == ResponseCode.NO_PERMISSION

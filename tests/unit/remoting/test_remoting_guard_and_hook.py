@@ -107,3 +107,64 @@ def test_the_request_hook_sees_every_request_before_it_is_sent(run):
     assert response.code == ResponseCode.SUCCESS
     assert seen == [ECHO, ECHO]
     assert arrived == [{"a": "1", "stamped": "yes"}, {"a": "2", "stamped": "yes"}]
+
+
+class _Later:
+    """A deferred check that refuses odd-numbered requests, noting the thread it ran in."""
+
+    threads: list[str] = []
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def decide(self):
+        import threading
+
+        _Later.threads.append(threading.current_thread().name)
+        return (ResponseCode.NO_PERMISSION, f"late {self.n}") if self.n % 2 else None
+
+
+def test_deferred_checks_run_off_the_loop_and_keep_the_order_of_a_read(run):
+    handled: list[str] = []
+
+    async def grouped(requests, connection):
+        handled.extend(r.ext_fields["n"] for r in requests)
+        return [await echo(r, connection) for r in requests]
+
+    async def single(request, connection):
+        handled.append(request.ext_fields["n"])
+        return await echo(request, connection)
+
+    def guard(request, connection):
+        n = int(request.ext_fields["n"])
+        return _Later(n) if n % 3 else None  # every third request decided at once
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(GROUPED, single, group_handler=grouped)
+            server.set_request_guard(guard)
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.bound_ports[0])
+            requests = [RemotingCommand.request(GROUPED, {"n": str(n)}, b"b") for n in range(9)]
+            writer.write(b"".join(r.encode() for r in requests))
+            await writer.drain()
+            responses = {}
+            for _ in requests:
+                response = await read_command(reader)
+                responses[response.opaque] = response
+            single_request = RemotingCommand.request(GROUPED, {"n": "7"}, b"b")
+            writer.write(single_request.encode())
+            await writer.drain()
+            lone = await read_command(reader)
+            writer.close()
+            return requests, responses, lone
+
+    requests, responses, lone = run(main())
+    for n, request in enumerate(requests):
+        response = responses[request.opaque]
+        if n % 3 and n % 2:
+            assert (response.code, response.remark) == (ResponseCode.NO_PERMISSION, f"late {n}")
+        else:
+            assert response.code == ResponseCode.SUCCESS
+    assert handled == ["0", "2", "3", "4", "6", "8"]  # passed ones, in the order they came
+    assert (lone.code, lone.remark) == (ResponseCode.NO_PERMISSION, "late 7")
+    assert _Later.threads and all(t.startswith("tidemq-request-guard") for t in _Later.threads)
