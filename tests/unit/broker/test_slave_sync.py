@@ -121,3 +121,34 @@ def test_keep_larger_commit_never_moves_an_offset_back(broker, handlers):
 
 def test_a_master_starts_no_synchronizer(broker):
     assert broker.slave_sync is None
+
+
+def test_a_master_answering_garbage_leaves_the_slaves_tables_as_they_were(make_broker, caplog):
+    from tidemq.remoting.server import RemotingServer
+
+    slave = make_broker(broker_role="SLAVE", broker_id=1)
+    slave.topic_config_manager.update(TopicConfig(TOPIC, 2, 2))
+    before = slave.topic_config_manager.to_json()
+
+    async def garbage(request: RemotingCommand, connection) -> RemotingCommand:
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=b"{not json")
+
+    async def scenario():
+        bogus = RemotingServer("127.0.0.1", [0])
+        for code in (RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_ALL_CONSUMER_OFFSET,
+                     RequestCode.GET_ALL_DELAY_OFFSET,
+                     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG):
+            bogus.register(code, garbage)
+        await bogus.start()
+        try:
+            slave.role.learn_master(f"127.0.0.1:{bogus.bound_ports[0]}", None)
+            with caplog.at_level(logging.WARNING, logger="tidemq.broker"):
+                assert await slave.slave_sync.sync_all()
+        finally:
+            await bogus.stop(grace_s=1.0)
+            await slave.remoting_client.close()
+
+    asyncio.run(scenario())
+    assert slave.topic_config_manager.to_json() == before
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 4 and all("could not copy" in w for w in warnings)
