@@ -12,7 +12,7 @@ import time
 
 from replication_group import runtime, start_group, wait_caught_up
 from server_processes import remoting_call, wait_until
-from tidemq.client import Admin, ConsumeResult, Message, Producer, PushConsumer
+from tidemq.client import Admin, ConsumeResult, Message, Producer, PullConsumer, PushConsumer
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.remoting.loop import run
@@ -180,3 +180,41 @@ def test_a_master_behind_in_memory_sends_its_readers_to_the_slave(tidemq_cluster
     served_by_master = int(runtime(master.addr)["msgGetTotalTodayNow"])
     assert served_by_slave > 0, "no pull followed the master's suggestion"
     assert served_by_slave + served_by_master >= FIRST
+
+
+def test_a_pull_consumer_polls_on_from_the_slave_and_its_commits_reach_the_master(
+        tidemq_cluster):
+    cluster, master, slave = start_group(tidemq_cluster)
+    namesrv = cluster.namesrv_addr
+    run(create_topic(namesrv))
+    bodies = [f"polled-{n:04d}".encode() for n in range(FIRST)]
+    run(send(namesrv, bodies))
+    wait_caught_up(master, slave)
+    wait_until(lambda: TOPIC.encode() in (remoting_call(slave.addr, RemotingCommand.request(
+        RequestCode.GET_ALL_TOPIC_CONFIG)).body or b""), WAIT_S, 0.2, "the slave's topic copy")
+
+    async def consume() -> list[bytes]:
+        got: list[bytes] = []
+        async with PullConsumer(GROUP, namesrv, consume_from="FIRST", pull_batch_size=4,
+                                pull_threshold_for_queue=8, max_poll_records=8,
+                                poll_name_server_interval_ms=1000,
+                                heartbeat_broker_interval_ms=1000,
+                                rebalance_interval_ms=1000) as consumer:
+            consumer.subscribe(TOPIC)
+            while len(got) < FIRST // 4:
+                got.extend(m.body for m in await consumer.poll(500))
+            await consumer.commit_sync()
+            master.kill()  # SIGKILL; the rest comes from the slave
+            deadline = time.monotonic() + WAIT_S
+            while set(got) < set(bodies) and time.monotonic() < deadline:
+                got.extend(m.body for m in await consumer.poll(500))
+            await consumer.commit_sync()  # to the slave: the master is gone
+        return got
+
+    got = run(consume())
+    assert sorted(set(got)) == sorted(bodies)
+    ends = queue_ends(slave.addr)
+    assert committed(slave.addr) == ends
+    master.start()
+    wait_until(lambda: committed(master.addr) == ends, WAIT_S, 0.2,
+               "the slave to hand the offsets back to the master")

@@ -63,7 +63,7 @@ from tidemq.client.instance import (
 from tidemq.client.lifecycle import ClientLifecycle, cancel_tasks, leave_quietly
 from tidemq.client.message import MessageQueue, PullResult, PullStatus
 from tidemq.client.producer import default_namesrv
-from tidemq.client.read_routing import ReadRouting
+from tidemq.client.read_routing import ReadRouting, route_read_addresses
 from tidemq.client.rebalance import allocate_averagely
 from tidemq.client.rebalance_trigger import RebalanceTrigger
 from tidemq.client.security import Credentials, TlsOption
@@ -850,21 +850,43 @@ class PullConsumer(ClientLifecycle):
         if route is None:
             raise NoRouteError(f"no broker serves topic {topic!r}")
         queues = route.subscribe_queues(topic)
-        masters = sorted(route.master_addresses().values())
-        if not queues or not masters:
+        # Any broker of a group can name its members (consumers heartbeat to slaves too), so
+        # the queues stay shared while a master is down.
+        addresses = route_read_addresses(route)
+        if not queues or not addresses:
             return []
-        members = await self._group_members(masters[hash(self.client_id) % len(masters)])
+        members = await self._group_members(addresses)
         if self.client_id not in members:
             members.append(self.client_id)  # our heartbeat may not have landed yet
         return allocate_averagely(queues, members, self.client_id)
 
-    async def _group_members(self, address: str) -> list[str]:
-        response = await self._instance.invoke(address, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                                               {"consumerGroup": self.group})
-        if response.code != ResponseCode.SUCCESS:
-            return []
-        body = jsonx.loads(response.body or b"{}")
-        return [str(m) for m in (body.get("consumerIdList") or [])]
+    async def _group_members(self, addresses: list[str]) -> list[str]:
+        """The group's members as the first broker that lists any names them (brokers are
+        asked starting at one picked by client id, to spread the questions).
+
+        Raises:
+            RemotingError: no broker could be reached (the last error).
+        """
+        start = hash(self.client_id) % len(addresses)
+        failure: RemotingError | None = None
+        answered = False
+        for address in addresses[start:] + addresses[:start]:
+            try:
+                response = await self._instance.invoke(
+                    address, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group})
+            except RemotingError as e:
+                failure = e
+                continue
+            answered = True
+            if response.code != ResponseCode.SUCCESS:
+                continue  # knows no member (e.g. a master back from a restart)
+            body = jsonx.loads(response.body or b"{}")
+            members = [str(m) for m in (body.get("consumerIdList") or [])]
+            if members:
+                return members
+        if failure is not None and not answered:
+            raise failure
+        return []
 
     async def _on_consumer_ids_changed(
         self, request: RemotingCommand, connection: object
