@@ -176,7 +176,9 @@ async def _fill(namesrv: str, topics: int, groups: int) -> None:
     from tidemq.remoting.errors import RemotingTimeout
 
     async with Admin(namesrv, request_timeout_ms=30_000) as admin:
-        semaphore = asyncio.Semaphore(4)
+        # One create at a time: concurrent creates lost some topics at the name server
+        # (incremental registration, 2026-11-26; reported), which is not what is measured here.
+        semaphore = asyncio.Semaphore(1)
 
         async def retried(action) -> None:
             for attempt in range(5):  # a busy machine may time a create out; it is idempotent
