@@ -37,7 +37,7 @@ def topic_name_problem(topic: str) -> str | None:
             f"topic name {topic[:40]!r}... is {len(topic)} characters, "
             f"longer than the limit of {TOPIC_NAME_LENGTH_MAX}"
         )
-    if not TOPIC_NAME_PATTERN.match(topic):
+    if not TOPIC_NAME_PATTERN.fullmatch(topic):  # match() would let a trailing newline in
         return (
             f"topic name {topic!r} has characters outside [%|a-zA-Z0-9_-]; "
             "use only letters, digits, '%', '|', '_' and '-'"
@@ -51,7 +51,7 @@ def group_name_problem(group: str) -> str | None:
         return "group name is blank; give a name of letters, digits, '%', '|', '_' or '-'"
     if len(group) > GROUP_NAME_LENGTH_MAX:
         return f"group name is {len(group)} characters, longer than the limit of 255"
-    if not TOPIC_NAME_PATTERN.match(group):
+    if not TOPIC_NAME_PATTERN.fullmatch(group):
         return (
             f"group name {group!r} has characters outside [%|a-zA-Z0-9_-]; "
             "use only letters, digits, '%', '|', '_' and '-'"

@@ -52,6 +52,7 @@ from tidemq.broker.config import BrokerConfig
 from tidemq.broker.consumption import ConsumptionServices
 from tidemq.broker.exactly_once.processor import ExactlyOnceProcessor
 from tidemq.broker.exactly_once.service import ExactlyOnceService
+from tidemq.broker.group_names import GroupNameChecked
 from tidemq.broker.lock_manager import LockBatchProcessor
 from tidemq.broker.maintenance_processor import MaintenanceProcessor
 from tidemq.broker.metrics import broker_exporter
@@ -352,8 +353,9 @@ class BrokerController:
         ``server`` is anything with RemotingServer's ``register(code, handler)`` and
         ``register_default(handler)``; tests pass a table to call handlers directly.
         """
+        checked = GroupNameChecked(server)  # group names checked before any handler
         for processor in self._processors:
-            processor.register(server)
+            processor.register(checked)
 
     @property
     def broker_address(self) -> str:
