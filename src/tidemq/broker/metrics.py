@@ -77,7 +77,8 @@ class BrokerCollector:
         messages_in = CounterMetricFamily(
             "tidemq_broker_messages_in", "Messages stored, by topic.", labels=("topic",))
         bytes_in = CounterMetricFamily(
-            "tidemq_broker_bytes_in", "Message body bytes stored, by topic.", labels=("topic",))
+            "tidemq_broker_bytes_in", "Bytes stored (whole commit-log records, as RocketMQ's "
+            "putMessageSizeTotal), by topic.", labels=("topic",))
         for topic, (count, size) in sorted(stats.topic_puts.items()):
             messages_in.add_metric((topic,), count)
             bytes_in.add_metric((topic,), size)
