@@ -66,7 +66,7 @@ from tidemq.remoting.errors import RemotingError
 log = logging.getLogger("pyspark_tidemq")
 
 # Spark's task-local properties naming the streaming query and micro-batch (internal keys,
-# set on every task of a micro-batch since Spark 2.x; spark-notes "Where code runs").
+# set on every task of a micro-batch since Spark 2.x; docs/spark.md).
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 # A commit lost in transport is sent again (a repeat is answered "already committed").

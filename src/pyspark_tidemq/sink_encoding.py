@@ -1,6 +1,6 @@
 """Rows to SEND_BATCH_MESSAGE bodies and the queue each batch goes to, without a Message per row.
 
-Batch body (protocol-notes §6.5; ``tidemq.protocol.message.encode_batch_body`` is the general
+Batch body (docs/protocol.md §6.5; ``tidemq.protocol.message.encode_batch_body`` is the general
 encoder), per message, big-endian::
 
     int32 TOTALSIZE   22 + body length + properties length

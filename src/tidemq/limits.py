@@ -16,7 +16,7 @@ FRAME_SIZE_MAX = 16 * 1024 * 1024
 # RocketMQ's maxMessageSize default, enforced by both the Java client and the broker.
 MESSAGE_BODY_SIZE_MAX = 4 * 1024 * 1024
 
-# The properties length is a Java short in the stored record layout (protocol-notes §6.1).
+# The properties length is a Java short in the stored record layout (docs/protocol.md §6.1).
 PROPERTIES_SIZE_MAX = 32767
 
 # The topic length is one byte in the v1 stored record, and Java clients reject > 127 chars.

@@ -2,7 +2,7 @@
 
 Each function returns a new ``RemotingCommand`` (a new opaque each call), so the same
 function can be handed to ``Pair.broker_call`` for both brokers. Field names are RocketMQ's
-(protocol-notes §3-§6); values are strings as a Java client sends them.
+(docs/protocol.md §3-§6); values are strings as a Java client sends them.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ The cluster is a name server and two brokers (``broker-a``, ``broker-b``) run as
 ``ServerProcess`` (loaded here under its own module name, so there is one implementation of
 "start a real server"); they are stopped at the end by the PIDs started.
 
-The SparkSession follows spark-notes "Test settings that help": local[2], two shuffle
+The SparkSession uses settings that keep tests small and fast: local[2], two shuffle
 partitions, UI and console progress off, everything on 127.0.0.1, scratch space under the
 session's temporary folder, adaptive execution off.
 """

@@ -1,6 +1,6 @@
 """The SparkSession every Spark test runs on, also built by child driver processes.
 
-Settings from spark-notes "Test settings that help": local[2], two shuffle partitions, UI
+Settings that keep tests small and fast: local[2], two shuffle partitions, UI
 and console progress off, driver on 127.0.0.1, scratch space (SPARK_LOCAL_DIRS, TMPDIR) under
 the test session's temporary folder, adaptive execution off, UTC session time zone.
 """

@@ -1,6 +1,6 @@
 """Which topics and groups a request touches, and the permission each needs.
 
-RocketMQ's ``PlainAccessValidator.parse`` by request code (protocol-notes §14); a group ``g``
+RocketMQ's ``PlainAccessValidator.parse`` by request code (docs/protocol.md §14); a group ``g``
 is the resource ``%RETRY%g``:
 
 ====================================  ===============================================

@@ -2,9 +2,9 @@
 
 Every request code that no other processor registered lands here; codes this module does not
 know are answered REQUEST_CODE_NOT_SUPPORTED with RocketMQ's remark
-``" request type <code> not supported"`` (protocol-notes §1.5).
+``" request type <code> not supported"`` (docs/protocol.md §1.5).
 
-Served (protocol-notes §4.16, §5.5, §10.6):
+Served (docs/protocol.md §4.16, §5.5, §10.6):
 
 - UPDATE_AND_CREATE_TOPIC (17): create or change a topic, then register with the name
   servers before answering, so a route lookup right after sees it;
@@ -22,7 +22,7 @@ Served (protocol-notes §4.16, §5.5, §10.6):
   (``client_admin``).
 
 Maps keyed by MessageQueue are written the fastjson way, with a JSON object as the key
-(protocol-notes §5): a Java admin tool cannot read them otherwise.
+(docs/protocol.md §5): a Java admin tool cannot read them otherwise.
 """
 
 from __future__ import annotations

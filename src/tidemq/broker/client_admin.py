@@ -2,7 +2,7 @@
 
 An admin tool cannot reach a consumer (consumers listen on nothing); the broker holds every
 consumer's connection, so it asks on the admin's behalf, as RocketMQ 4.x's Broker2Client does
-(protocol-notes §2, §4.16, §5.5):
+(docs/protocol.md §2, §4.16, §5.5):
 
 - GET_CONSUMER_RUNNING_INFO (307; ``consumerGroup``, ``clientId``, ``jstackEnable``): the
   request goes, same code, fields and body, to the connection of that client in that group

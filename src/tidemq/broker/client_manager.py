@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Clients announce themselves with HEART_BEAT every 30 s (protocol-notes §4.6, §5.1). For each
+Clients announce themselves with HEART_BEAT every 30 s (docs/protocol.md §4.6, §5.1). For each
 consumer group the broker keeps
 
 - its members: one ``ClientChannel`` per connection (client id, language, version, when it

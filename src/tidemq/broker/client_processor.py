@@ -2,7 +2,7 @@
 GET_CONSUMER_LIST_BY_GROUP (38), CHECK_CLIENT_CONFIG (46), GET_CONSUMER_CONNECTION_LIST (203)
 and GET_PRODUCER_CONNECTION_LIST (204).
 
-HEART_BEAT's body is HeartbeatData JSON (protocol-notes §5.1). Real clients differ in it, so it
+HEART_BEAT's body is HeartbeatData JSON (docs/protocol.md §5.1). Real clients differ in it, so it
 is read tolerantly:
 
 - Java writes enums by name; the C++ 1.x client writes them as integers (consumeType 1,

@@ -23,7 +23,7 @@ from tidemq.limits import topic_name_problem
 from tidemq.remoting.tls import ServerTls, server_tls_of
 from tidemq.store.config import DEFAULT_MESSAGE_DELAY_LEVEL
 
-# PermName bits (protocol-notes §11.2).
+# PermName bits (docs/protocol.md §11.2).
 PERM_PRIORITY = 0x8
 PERM_READ = 0x4
 PERM_WRITE = 0x2
@@ -141,7 +141,7 @@ class BrokerConfig:
     # With slaveReadEnable, a pull whose data lies further behind the commit log's end than
     # this percentage of the machine's memory (no longer likely in the page cache) is told
     # to go to the group's whichBrokerWhenConsumeSlowly (RocketMQ's MessageStoreConfig key
-    # and default, 40; protocol-notes §13.3).
+    # and default, 40; docs/protocol.md §13.3).
     access_message_in_memory_max_ratio: int = field(
         default=40, metadata=_key("accessMessageInMemoryMaxRatio", min=0, max=100)
     )
@@ -152,7 +152,7 @@ class BrokerConfig:
     filter_support_retry: bool = field(default=False, metadata=_key("filterSupportRetry"))
     # maxNum of a unique-key QUERY_MESSAGE.
     default_query_max_num: int = field(default=32, metadata=_key("defaultQueryMaxNum", min=1))
-    # Transactions (protocol-notes §11.1, RocketMQ's defaults): a half message is first checked
+    # Transactions (docs/protocol.md §11.1, RocketMQ's defaults): a half message is first checked
     # when older than transactionTimeOut, then every transactionCheckInterval, and discarded to
     # TRANS_CHECK_MAX_TIME_TOPIC after transactionCheckMax checks.
     transaction_timeout_ms: int = field(

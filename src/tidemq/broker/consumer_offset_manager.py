@@ -8,7 +8,7 @@ change memory (they arrive thousands of times a second); the broker writes the t
 when it changed, and at shutdown. A crash therefore loses at most the last few seconds of
 commits, and consumers re-read those messages: at-least-once, as in RocketMQ.
 
-File shape (protocol-notes §10.6, via ``ConsumerOffsetTable``):
+File shape (docs/protocol.md §10.6, via ``ConsumerOffsetTable``):
 ``{"offsetTable":{"<topic>@<group>":{"<queueId>":<offset>,...},...}}``.
 
 Ownership: mutated on the event-loop thread only. ``snapshot_if_dirty`` is taken there;

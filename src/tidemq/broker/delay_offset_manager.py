@@ -1,6 +1,6 @@
 """Delay offsets: how far the delay scheduler got in each level, kept in delayOffset.json.
 
-File shape (protocol-notes §10.6), plus one field of tidemq's::
+File shape (docs/protocol.md §10.6), plus one field of tidemq's::
 
     {"offsetTable":{"1":0,"2":5,"3":12},"tailScanPhysicalOffset":1048576}
 

@@ -14,7 +14,7 @@ process died (or whose connection broke) gives its queues to the rest of the gro
 instead of after the 60 s lease. A holder that reconnects and relocks on a new connection owns
 the lease there, so the close of its old connection releases nothing.
 
-Bodies (protocol-notes §4.14, §5.5), JSON, no extFields:
+Bodies (docs/protocol.md §4.14, §5.5), JSON, no extFields:
     request   {"clientId": "...", "consumerGroup": "g", "mqSet": [MessageQueue, ...]}
     response  {"lockOKMQSet": [MessageQueue, ...]}      (LOCK only: the queues now held)
     MessageQueue = {"brokerName": "b", "queueId": 0, "topic": "T"}

@@ -1,6 +1,6 @@
 """Keeping the name servers told about this broker: REGISTER_BROKER / UNREGISTER_BROKER.
 
-A broker registers with every configured name server (protocol-notes §4.11, §11.5):
+A broker registers with every configured name server (docs/protocol.md §4.11, §11.5):
 
 - once when it starts, before it is announced as started;
 - every ``registerNameServerPeriod`` (30 s, clamped to 10-60 s): a name server drops a broker

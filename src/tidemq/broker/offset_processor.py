@@ -1,7 +1,7 @@
 """Offset requests: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), GET_MAX_OFFSET (30),
 GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29), GET_EARLIEST_MSG_STORETIME (32).
 
-QUERY_CONSUMER_OFFSET for a queue the group never committed (protocol-notes §4.5): RocketMQ
+QUERY_CONSUMER_OFFSET for a queue the group never committed (docs/protocol.md §4.5): RocketMQ
 answers SUCCESS with offset 0 when the queue's first message is still there and "in memory",
 so a new group on a young queue reads it from the start; otherwise QUERY_NOT_FOUND (22) and
 the client applies its consumeFromWhere (§15.5). tidemq's test for "in memory" is that the

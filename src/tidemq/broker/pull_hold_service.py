@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A consumer pulls with the SUSPEND flag (protocol-notes §4.4). When its queue has nothing new
+A consumer pulls with the SUSPEND flag (docs/protocol.md §4.4). When its queue has nothing new
 (PULL_NOT_FOUND), the pull processor parks the request here under the key ``topic@queueId``
 instead of answering, for ``suspendTimeoutMillis`` (long polling) or ``shortPollingTimeMills``
 (short polling). A parked request is answered

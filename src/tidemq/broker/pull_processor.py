@@ -1,6 +1,6 @@
 """PULL_MESSAGE (11): read a queue for a consumer group, or park the pull until data arrives.
 
-A pull goes through RocketMQ's checks in RocketMQ's order (protocol-notes §4.4), each failing
+A pull goes through RocketMQ's checks in RocketMQ's order (docs/protocol.md §4.4), each failing
 with RocketMQ's response code and a remark that names the thing and the fix:
 
 1. the request header parses (else SYSTEM_ERROR naming the field);
@@ -93,7 +93,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidemq.broker")
 
-# PullSysFlag bits (protocol-notes §4.4).
+# PullSysFlag bits (docs/protocol.md §4.4).
 PULL_FLAG_COMMIT_OFFSET = 0x1
 PULL_FLAG_SUSPEND = 0x2
 PULL_FLAG_SUBSCRIPTION = 0x4
@@ -314,7 +314,7 @@ class PullMessageProcessor:
 
     def _suggested_broker_id(self, group_config: SubscriptionGroupConfig,
                              result: GetResult) -> int:
-        """suggestWhichBrokerId (protocol-notes §13.3): the master (0) unless slaveReadEnable;
+        """suggestWhichBrokerId (docs/protocol.md §13.3): the master (0) unless slaveReadEnable;
         with it, the group's whichBrokerWhenConsumeSlowly when the pulled data lies further
         behind the log's end than accessMessageInMemoryMaxRatio of the memory, else the
         group's brokerId.

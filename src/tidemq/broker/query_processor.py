@@ -1,6 +1,6 @@
 """Finding messages without a queue offset: QUERY_MESSAGE (12) and VIEW_MESSAGE_BY_ID (33).
 
-QUERY_MESSAGE looks a key up in the store's hash index (protocol-notes §4.13, §10.3): the
+QUERY_MESSAGE looks a key up in the store's hash index (docs/protocol.md §4.13, §10.3): the
 ``KEYS`` tokens and the ``UNIQ_KEY`` of every message of a topic are indexed. The client asks
 every master of the topic and filters what comes back itself (by key membership or UNIQ_KEY),
 so hash collisions in the index only cost a transfer. With ``_UNIQUE_KEY_QUERY=true`` (a

@@ -1,4 +1,4 @@
-"""Broker statistics and the GET_BROKER_RUNTIME_INFO table (protocol-notes §5.5).
+"""Broker statistics and the GET_BROKER_RUNTIME_INFO table (docs/protocol.md §5.5).
 
 ``BrokerStats`` counts what passes through the broker: messages put (by the send processor)
 and messages got (by the pull processor, ``record_get``). It samples its totals once a second

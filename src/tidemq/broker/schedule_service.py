@@ -124,7 +124,7 @@ def wall_clock_ms() -> int:
 
 
 def redirect_delayed(message: StoreMessage, level_count: int) -> StoreMessage:
-    """Reroute a delayed message into SCHEDULE_TOPIC_XXXX (protocol-notes §6.2).
+    """Reroute a delayed message into SCHEDULE_TOPIC_XXXX (docs/protocol.md §6.2).
 
     Also drops any DELAY_QUEUE_OFFSET property: only the scheduler writes it.
 

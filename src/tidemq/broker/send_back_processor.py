@@ -1,6 +1,6 @@
 """CONSUMER_SEND_MSG_BACK (36): a consumer hands back a message it failed to consume.
 
-Theory of operation (protocol-notes §4.8, §11.1)
+Theory of operation (docs/protocol.md §4.8, §11.1)
 ------------------------------------------------
 The request names the message by its commit-log offset and the consumer group. The broker
 reads that record and stores a copy for the group's next try:

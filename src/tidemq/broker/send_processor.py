@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A send is checked completely before the store is touched (protocol-notes §4.3), in this order,
+A send is checked completely before the store is touched (docs/protocol.md §4.3), in this order,
 each failure answered with RocketMQ's code and a remark naming the thing and the fix:
 
 1. the header parses (a missing or unparsable field -> SYSTEM_ERROR naming the field);

@@ -1,6 +1,6 @@
 """Subscription groups: each consumer group's settings, in subscriptionGroup.json.
 
-A group's settings (protocol-notes §5.5: consumeEnable, consumeBroadcastEnable,
+A group's settings (docs/protocol.md §5.5: consumeEnable, consumeBroadcastEnable,
 retryQueueNums 1, retryMaxTimes 16, brokerId, whichBrokerWhenConsumeSlowly,
 notifyConsumerIdsChangedEnable) decide whether its pulls are served, how many queues its
 retry topic gets, when its messages go to the dead-letter topic and where it should read.

@@ -1,6 +1,6 @@
 """The broker's topics: topics.json, the built-in topics, and topic creation rules.
 
-Topics come from three places (protocol-notes §11.3):
+Topics come from three places (docs/protocol.md §11.3):
 
 - ``<storePathRootDir>/config/topics.json`` (``TopicConfigTable``), written atomically on
   every change;
@@ -60,7 +60,7 @@ __all__ = [
 
 log = logging.getLogger("tidemq.broker")
 
-# Topic names of RocketMQ's TopicValidator / MixAll (protocol-notes §11.1, §11.3).
+# Topic names of RocketMQ's TopicValidator / MixAll (docs/protocol.md §11.1, §11.3).
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 BENCHMARK_TOPIC = "BenchmarkTest"

@@ -15,6 +15,7 @@ _COMMANDS = {
     "dev": "tidemq.cli.server_commands:dev",
     "admin": "tidemq.cli.admin_command:admin",
     "bench": "tidemq.cli.bench_command:bench",
+    "docs": "tidemq.cli.reference_docs:docs",
     "console": "tidemq.cli.console_command:console",
 }
 

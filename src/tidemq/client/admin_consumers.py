@@ -1,7 +1,7 @@
 """Admin questions about a group's live consumers, asked through the brokers.
 
 Consumers listen on nothing, so an admin asks a broker, which asks the consumers on their
-connections and relays the answers (tidemq.broker.client_admin; protocol-notes §2, §4.16):
+connections and relays the answers (tidemq.broker.client_admin; docs/protocol.md §2, §4.16):
 GET_CONSUMER_RUNNING_INFO (307), INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223) and
 INVOKE_BROKER_TO_RESET_OFFSET (222). ``Admin`` exposes these as methods; the functions here
 take its ``ClientInstance`` and the broker addresses to ask.

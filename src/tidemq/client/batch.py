@@ -1,7 +1,7 @@
 """Turning a list of messages into SEND_BATCH_MESSAGE request bodies.
 
 A batch travels as one request whose body is the concatenation of short entries of
-protocol-notes §6.5 (the bytes ``tidemq.protocol.message.encode_batch_body`` writes)::
+docs/protocol.md §6.5 (the bytes ``tidemq.protocol.message.encode_batch_body`` writes)::
 
     TOTALSIZE int32 | MAGICCODE int32 (0) | BODYCRC int32 (0) | FLAG int32 | BODYLENGTH int32 |
     BODY | PROPERTIESLENGTH int16 | PROPERTIES          (TOTALSIZE = 22 + body + properties)

@@ -4,7 +4,7 @@ id, group members, queue locks and send-back.
 Each function sends one request to one broker address through a ``ClientInstance`` and turns
 the response into Python values, raising ``BrokerRejected`` (with the broker's code and remark)
 for error codes a caller cannot use. Request and response fields are those of
-protocol-notes §4.4, §4.5, §4.8, §4.12 to §4.15.
+docs/protocol.md §4.4, §4.5, §4.8, §4.12 to §4.15.
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from tidemq.protocol.message import (
 )
 from tidemq.protocol.pulled_records import decode_pulled_records
 
-# PullSysFlag bits (protocol-notes §4.4).
+# PullSysFlag bits (docs/protocol.md §4.4).
 PULL_COMMIT_OFFSET = 0x1
 PULL_SUSPEND = 0x2
 PULL_SUBSCRIPTION = 0x4
 PULL_LITE = 0x10
 
-# Lite pull consumer timings (protocol-notes §11.5): the broker holds a pull for up to 20 s;
+# Lite pull consumer timings (docs/protocol.md §11.5): the broker holds a pull for up to 20 s;
 # the client waits 10 s longer for the answer so a held pull is never cut short by us.
 BROKER_SUSPEND_MAX_MS = 20_000
 PULL_RESPONSE_GRACE_MS = 10_000
@@ -437,7 +437,7 @@ async def send_message_back(
     origin_topic: str | None = None,
 ) -> None:
     """CONSUMER_SEND_MSG_BACK: hand a message the group failed to consume back to the broker
-    that stored it (protocol-notes §4.8).
+    that stored it (docs/protocol.md §4.8).
 
     The broker stores a copy in ``%RETRY%<group>`` delayed by ``delay_level`` (0: the broker
     picks 3 + reconsume times), or in ``%DLQ%<group>`` when ``delay_level`` < 0 or the

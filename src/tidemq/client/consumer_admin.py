@@ -1,4 +1,4 @@
-"""A push consumer's answers to the admin requests its brokers forward (protocol-notes §2, §5.5).
+"""A push consumer's answers to the admin requests its brokers forward (docs/protocol.md §2, §5.5).
 
 A broker asks a consumer on the consumer's own connection, for an admin tool:
 

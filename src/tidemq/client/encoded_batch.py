@@ -2,7 +2,7 @@
 
 ``Producer.send_batch`` takes ``Message`` objects and encodes each (a UNIQ_KEY, a properties
 string, an entry). A caller that holds its rows in columns (the Spark sink, with Arrow
-batches) can build the batch body (protocol-notes §6.5: per entry TOTALSIZE, MAGICCODE 0,
+batches) can build the batch body (docs/protocol.md §6.5: per entry TOTALSIZE, MAGICCODE 0,
 BODYCRC 0, FLAG, BODY LENGTH, body, PROPERTIES LENGTH, properties) far faster itself, and
 send it here to a queue it chose. A message without a UNIQ_KEY gets one from the broker.
 

@@ -4,7 +4,7 @@ All are ``ClientError`` subclasses (``tidemq.errors``) carrying ``retriable``:
 
 - ``BrokerRejected``: a broker or name server answered with a response code other than
   success. ``code`` and ``remark`` are the broker's; ``retriable`` is True for the codes a
-  RocketMQ producer retries on another broker (protocol-notes §1.5) and for SYSTEM_BUSY
+  RocketMQ producer retries on another broker (docs/protocol.md §1.5) and for SYSTEM_BUSY
   (the broker was overloaded; later may work).
 - ``NoRouteError``: no name server knows the topic (and auto-creation is not possible).
 - ``NameServerUnavailable``: none of the configured name servers answered.

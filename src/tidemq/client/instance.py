@@ -8,7 +8,7 @@ derived from them, and two periodic tasks:
   30 s) for every topic in the cache; listeners (the producer's publish info, the consumer's
   queue lists) hear about routes that changed;
 - heartbeat every ``heartbeat_broker_interval_ms`` (30 s) to every master broker known, with
-  the producer and consumer groups its owner reports (protocol-notes §4.6, §5.1).
+  the producer and consumer groups its owner reports (docs/protocol.md §4.6, §5.1).
 
 Name servers are tried in turn: requests go to the one that answered last; when it fails with
 a transport error the next is tried, and so on once round the list. Name servers keep no state
@@ -39,7 +39,7 @@ from tidemq.remoting.errors import RemotingError
 
 log = logging.getLogger("tidemq.client")
 
-# RocketMQ ClientConfig defaults (protocol-notes §11.5).
+# RocketMQ ClientConfig defaults (docs/protocol.md §11.5).
 POLL_NAME_SERVER_INTERVAL_MS = 30_000
 HEARTBEAT_BROKER_INTERVAL_MS = 30_000
 REQUEST_TIMEOUT_MS = 3_000  # mqClientApiTimeout

@@ -25,7 +25,7 @@ from tidemq.protocol.message import (
     MessageExt,
 )
 
-# Delay levels a RocketMQ broker knows by default ("1s 5s 10s 30s 1m ... 2h", protocol-notes
+# Delay levels a RocketMQ broker knows by default ("1s 5s 10s 30s 1m ... 2h", docs/protocol.md
 # §11.1); the broker caps higher levels at its maximum, so we only reject negatives.
 DELAY_LEVEL_MAX_DEFAULT = 18
 
@@ -234,7 +234,7 @@ class SendResult:
 
 
 class PullStatus(enum.Enum):
-    """Outcome of one PULL_MESSAGE (protocol-notes §4.4 code mapping)."""
+    """Outcome of one PULL_MESSAGE (docs/protocol.md §4.4 code mapping)."""
 
     FOUND = "FOUND"  # code 0
     NO_NEW_MSG = "NO_NEW_MSG"  # code 19: offset is at the end of the queue

@@ -10,7 +10,7 @@ sends SEND_MESSAGE_V2 (310) to the master of the chosen queue's broker.
 
 Queue choice is round robin, skipping brokers that failed recently (``FaultTracker``).
 A send that fails with a transport error (connect, timeout, closed) or one of the retriable
-response codes of protocol-notes §1.5 is retried up to ``retry_times_when_send_failed`` more
+response codes of docs/protocol.md §1.5 is retried up to ``retry_times_when_send_failed`` more
 times on another broker, within the one ``send_timeout_ms`` budget. Other error codes (e.g.
 MESSAGE_ILLEGAL, SYSTEM_BUSY) raise ``BrokerRejected`` at once. Codes 0, 10, 11 and 12 all
 mean "stored" and return a ``SendResult``.
@@ -88,7 +88,7 @@ log = logging.getLogger("tidemq.client")
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 AUTO_CREATE_TOPIC_KEY = "TBW102"  # RocketMQ's auto-create template topic
-DEFAULT_TOPIC_QUEUE_NUMS = 4  # RocketMQ producer default (protocol-notes §11.3)
+DEFAULT_TOPIC_QUEUE_NUMS = 4  # RocketMQ producer default (docs/protocol.md §11.3)
 COMPRESS_OVER_BYTES = 4096  # compressMsgBodyOverHowmuch
 COMPRESS_LEVEL = 5  # rocketmq.message.compressLevel
 SEND_TIMEOUT_MS = 3000  # sendMsgTimeout

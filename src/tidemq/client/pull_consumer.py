@@ -5,7 +5,7 @@ Theory of operation
 Queues come from one of two modes:
 
 - ``subscribe(topic, expression, expression_type="TAG")``: the group shares the topic's
-  queues (protocol-notes §12, the same rule Java consumers use). ``expression_type="SQL92"``
+  queues (docs/protocol.md §12, the same rule Java consumers use). ``expression_type="SQL92"``
   filters by message properties at the broker (``subscription``); ``start`` then asks every
   master of the topic (CHECK_CLIENT_CONFIG) whether it can, and fails if one cannot. The
   consumer heartbeats its subscriptions to every master (CONSUME_ACTIVELY), asks a broker
@@ -116,7 +116,7 @@ async def check_subscriptions_at_brokers(
     instance: ClientInstance, group: str, subscriptions: Iterable[Subscription]
 ) -> None:
     """CHECK_CLIENT_CONFIG for each SQL92 subscription at every master of its topic, as Java
-    consumers do at start (protocol-notes §4.17). TAG subscriptions need no check.
+    consumers do at start (docs/protocol.md §4.17). TAG subscriptions need no check.
 
     Raises:
         InvalidSubscription: a broker refused one (SQL92 not enabled there, or the

@@ -28,7 +28,7 @@ RocketMQ's DefaultMQPushConsumer, on one asyncio event loop:
   pauses while the queue holds ``pull_threshold_for_queue`` messages or
   ``pull_threshold_size_for_queue_mib`` MiB, or (concurrent listeners) while the offsets in
   flight span more than ``consume_concurrently_max_span``.
-- **Where a queue starts** (protocol-notes §15.5): the offset stored for the group (broker,
+- **Where a queue starts** (docs/protocol.md §15.5): the offset stored for the group (broker,
   or the local file for broadcasting); with none, ``consume_from``: LAST -> the queue's max
   offset (a retry topic: 0), FIRST -> its min offset, TIMESTAMP -> the offset stored
   closest to ``consume_timestamp_ms`` (a retry topic: its max offset).
@@ -118,7 +118,7 @@ from tidemq.remoting.errors import RemotingError
 
 log = logging.getLogger("tidemq.client")
 
-# RocketMQ DefaultMQPushConsumer defaults (protocol-notes §11.5, §11.6).
+# RocketMQ DefaultMQPushConsumer defaults (docs/protocol.md §11.5, §11.6).
 PULL_BATCH_SIZE = 32
 PULL_THRESHOLD_FOR_QUEUE = 1000
 PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB = 100
@@ -809,7 +809,7 @@ class PushConsumer(ClientLifecycle):
         return next_offset
 
     async def _starting_offset(self, queue: MessageQueue) -> int:
-        """Where a newly owned queue starts (protocol-notes §15.5).
+        """Where a newly owned queue starts (docs/protocol.md §15.5).
 
         Raises:
             RemotingError, NoRouteError: the broker could not be asked (the pull loop tries

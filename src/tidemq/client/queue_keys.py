@@ -1,6 +1,6 @@
 """MessageQueue keys of the maps brokers send (TopicStatsTable, ConsumeStats, ResetOffsetBody,
 GetConsumerStatusBody, ConsumerRunningInfo.mqTable): fastjson writes ``Map<MessageQueue, V>``
-with JSON objects as keys (protocol-notes §5), which ``jsonx.loads`` reads as
+with JSON objects as keys (docs/protocol.md §5), which ``jsonx.loads`` reads as
 ``JsonObjectKey``."""
 
 from __future__ import annotations

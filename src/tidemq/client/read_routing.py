@@ -3,7 +3,7 @@
 A broker group is one master (brokerId 0) and its slaves under one broker name; every one of
 them holds the same messages, a slave a little later (issue 11). Reads — pulls, offset
 queries and commits, the group's member list — go to (RocketMQ's
-``findBrokerAddressInSubscribe`` with ``onlyThisBroker=false``, protocol-notes §13.3):
+``findBrokerAddressInSubscribe`` with ``onlyThisBroker=false``, docs/protocol.md §13.3):
 
 1. the broker the last pull of that queue was told to use (``suggestWhichBrokerId``): the
    master unless it enables slave reads, and a slave tells its consumers to go back to 0;

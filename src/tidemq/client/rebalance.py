@@ -1,4 +1,4 @@
-"""Sharing a topic's queues among the members of a consumer group (protocol-notes §12).
+"""Sharing a topic's queues among the members of a consumer group (docs/protocol.md §12).
 
 Every member computes the same answer on its own from the same inputs: all queues sorted
 (topic, broker name, queue id) and all member client ids sorted. Java consumers in the same

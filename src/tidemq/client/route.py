@@ -1,6 +1,6 @@
 """Topic routes from the name server and the queue lists a client derives from them.
 
-``TopicRouteData`` is the GET_ROUTEINFO_BY_TOPIC body (protocol-notes §5.2)::
+``TopicRouteData`` is the GET_ROUTEINFO_BY_TOPIC body (docs/protocol.md §5.2)::
 
     {"brokerDatas":[{"brokerAddrs":{0:"ip:port",1:"ip:port"},"brokerName":"b","cluster":"c"}],
      "filterServerTable":{},"orderTopicConf":"b:4;c:4",
@@ -29,7 +29,7 @@ from tidemq.client.message import MessageQueue
 from tidemq.errors import RemoteProtocolError
 from tidemq.protocol import jsonx
 
-# PermName bits (protocol-notes §11.2).
+# PermName bits (docs/protocol.md §11.2).
 PERM_PRIORITY = 0x8
 PERM_READ = 0x4
 PERM_WRITE = 0x2

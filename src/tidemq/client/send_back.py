@@ -1,6 +1,6 @@
 """Returning messages a listener failed on: retry later, or straight to the dead letters.
 
-A clustering consumer never drops a failed message (protocol-notes §4.8, §11.1):
+A clustering consumer never drops a failed message (docs/protocol.md §4.8, §11.1):
 
 1. it asks the broker that stored the message to keep a copy for the group's next try
    (CONSUMER_SEND_MSG_BACK with the message's commit-log offset): the broker stores the copy

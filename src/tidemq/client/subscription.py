@@ -1,4 +1,4 @@
-"""Subscriptions by tag (protocol-notes §9.2) or by SQL92 over message properties (§9.3),
+"""Subscriptions by tag (docs/protocol.md §9.2) or by SQL92 over message properties (§9.3),
 and the SubscriptionData a consumer reports.
 
 TAG (the default): ``"*"``, empty or None subscribe everything. Otherwise the expression is
@@ -62,7 +62,7 @@ class Subscription:
         return not self.tags or message.properties.get("TAGS") in self.tags
 
     def to_json(self) -> dict[str, object]:
-        """The SubscriptionData JSON object of a heartbeat (protocol-notes §5.1)."""
+        """The SubscriptionData JSON object of a heartbeat (docs/protocol.md §5.1)."""
         tags = sorted(self.tags)
         return {
             "classFilterMode": False,

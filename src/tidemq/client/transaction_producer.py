@@ -1,5 +1,5 @@
 """TransactionProducer: a message that is delivered only if the producer's local transaction
-commits (RocketMQ's transactional messages, protocol-notes §4.9, §4.10).
+commits (RocketMQ's transactional messages, docs/protocol.md §4.9, §4.10).
 
 Theory of operation. ``send_in_transaction(message, local_tx)`` does three steps:
 

@@ -1,6 +1,6 @@
 """Keep the stored records of a pull body whose properties pass a test.
 
-A pull body is stored records concatenated (protocol-notes §6.1, layout in
+A pull body is stored records concatenated (docs/protocol.md §6.1, layout in
 ``tidemq.protocol.message``). A SQL92 filter needs each record's properties; this reads only
 what it takes to find them — TOTALSIZE, SYSFLAG (for the host widths) and the lengths of
 BODY, TOPIC and PROPERTIES — with ``struct.unpack_from`` on the buffer, and copies the kept

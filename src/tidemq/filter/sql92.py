@@ -1,4 +1,4 @@
-"""SQL92 property filters, as RocketMQ 4.x brokers evaluate them (protocol-notes §9.3).
+"""SQL92 property filters, as RocketMQ 4.x brokers evaluate them (docs/protocol.md §9.3).
 
 ``compile_sql92("region = 'eu' AND amount > 100")`` parses an expression once into a
 ``SqlExpression`` whose ``matches(properties)`` says whether a message with these properties

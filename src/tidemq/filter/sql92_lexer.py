@@ -1,4 +1,4 @@
-"""Tokens of RocketMQ's SQL92 filter language (protocol-notes §9.3; RocketMQ's
+"""Tokens of RocketMQ's SQL92 filter language (docs/protocol.md §9.3; RocketMQ's
 ``SelectorParser.jj``, 4.x: no CONTAINS / STARTSWITH / ENDSWITH).
 
 The token rules, each matched at the current position, longest alternative first:

@@ -1,4 +1,4 @@
-"""The name server's request handlers, one per request code (protocol-notes §4.11).
+"""The name server's request handlers, one per request code (docs/protocol.md §4.11).
 
 Each handler reads its typed header, asks the RouteInfoManager or the KV config, and answers
 with RocketMQ's response code and a remark a user can act on. A request whose header or body

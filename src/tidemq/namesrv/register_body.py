@@ -1,7 +1,7 @@
 """The body of REGISTER_BROKER: a broker's topic table, as JSON or in compressed form.
 
 Uncompressed (``compressed=false``, what brokers send by default), fastjson JSON
-(protocol-notes §5.4)::
+(docs/protocol.md §5.4)::
 
     {"filterServerList":[],
      "topicConfigSerializeWrapper":{

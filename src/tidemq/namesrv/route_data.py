@@ -1,4 +1,4 @@
-"""The name server's route data and its JSON bodies (protocol-notes §5.2-5.4).
+"""The name server's route data and its JSON bodies (docs/protocol.md §5.2-5.4).
 
 A topic's route is what a client needs to reach it: one ``QueueData`` per broker name that
 serves the topic (queue counts and permission) and one ``BrokerData`` per broker name (its
@@ -33,7 +33,7 @@ from typing import Any
 
 from tidemq.protocol import jsonx
 
-# PermName bits (protocol-notes §11.2).
+# PermName bits (docs/protocol.md §11.2).
 PERM_PRIORITY = 0x8
 PERM_READ = 0x4
 PERM_WRITE = 0x2

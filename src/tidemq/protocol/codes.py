@@ -1,6 +1,6 @@
 """Numbers of the remoting protocol: request codes, response codes, languages, versions, flags.
 
-Values are RocketMQ 4.9.8's (protocol-notes §1.3, §2, §3, §15.1), so a third-party RocketMQ
+Values are RocketMQ 4.9.8's (docs/protocol.md §1.3, §2, §3, §15.1), so a third-party RocketMQ
 4.x client and tidemq agree on every number. Response codes 209-211 carry their 4.x meaning
 (ACL failures); 5.x reused them for pop-consumption codes, which no 4.x peer sends.
 """
@@ -14,7 +14,7 @@ from enum import IntEnum
 # V4_1_0_SNAPSHOT (232); the name server answers routes in standard JSON to versions >= 401.
 TIDEMQ_VERSION = 409
 
-# RemotingCommand flag bits (protocol-notes §1.2).
+# RemotingCommand flag bits (docs/protocol.md §1.2).
 FLAG_RESPONSE = 1  # bit 0: this command answers a request
 FLAG_ONEWAY = 2  # bit 1: the sender expects no response
 

@@ -1,6 +1,6 @@
 """RemotingCommand: one request or response of the remoting protocol, and its two header codecs.
 
-Frame layout, big-endian (protocol-notes §1.1)::
+Frame layout, big-endian (docs/protocol.md §1.1)::
 
     off  size  field
       0     4  length           bytes after this field = 4 + header length + body length
@@ -20,7 +20,7 @@ of that (values are coerced to the strings Java would have seen); what cannot be
 all (not an object, bad UTF-8, ``code``/``opaque`` missing or not integers) raises
 ``RemoteProtocolError``.
 
-ROCKETMQ binary header (type 1, protocol-notes §1.4)::
+ROCKETMQ binary header (type 1, docs/protocol.md §1.4)::
 
     size  field
        2  code             int16

@@ -1,4 +1,4 @@
-"""Typed request and response headers: views of a command's extFields (protocol-notes §4).
+"""Typed request and response headers: views of a command's extFields (docs/protocol.md §4).
 
 RocketMQ carries a request's parameters as a flat ``extFields`` map of strings, one entry per
 field of a Java "custom header" class, keyed by the Java field name. Each class here is a

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-RocketMQ bodies and config files are written by fastjson (protocol-notes §5, §10.5), which
+RocketMQ bodies and config files are written by fastjson (docs/protocol.md §5, §10.5), which
 differs from standard JSON in two ways a Python peer must read:
 
 * ``Map<Integer|Long, V>`` is written with unquoted numeric keys: ``{0:"10.0.0.1:10911"}``.
@@ -512,7 +512,7 @@ def escape_non_ascii(data: bytes) -> bytes:
     """``data`` (UTF-8 JSON text) with every non-ASCII character written as ``\\uXXXX``.
 
     fastjson's BrowserCompatible feature does this; RocketMQ 4.9.4+ name servers use it for
-    route data in standard JSON (protocol-notes §5). Non-ASCII characters only occur inside
+    route data in standard JSON (docs/protocol.md §5). Non-ASCII characters only occur inside
     JSON strings, so escaping them everywhere keeps the document's meaning. ASCII input (the
     usual case) is returned as it is.
     """

@@ -1,4 +1,4 @@
-"""The stored message record, RocketMQ's v1 layout, byte for byte (protocol-notes §6.1).
+"""The stored message record, RocketMQ's v1 layout, byte for byte (docs/protocol.md §6.1).
 
 The same bytes live in the commit log, travel in PULL / QUERY_MESSAGE / VIEW_MESSAGE_BY_ID
 response bodies (concatenated, no count prefix) and in the replication stream, so a pull
@@ -56,7 +56,7 @@ from tidemq.limits import PROPERTIES_SIZE_MAX
 MAGIC_V1 = -626843481  # 0xDAA320A7 as a signed int32
 BLANK_MAGIC = -875286124  # 0xCBD43194: the rest of this commit-log file is empty
 
-# MessageSysFlag bits (protocol-notes §7.1).
+# MessageSysFlag bits (docs/protocol.md §7.1).
 SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_MULTI_TAGS = 0x2
 SYSFLAG_TRANSACTION_MASK = 0xC
@@ -69,11 +69,11 @@ SYSFLAG_STOREHOST_V6 = 0x20
 SYSFLAG_COMPRESSION_TYPE_MASK = 0x700
 SYSFLAG_COMPRESSION_ZLIB = 0x300
 
-# Property separators (protocol-notes §6.4).
+# Property separators (docs/protocol.md §6.4).
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
-# Property keys the broker and clients act on (protocol-notes §7.3).
+# Property keys the broker and clients act on (docs/protocol.md §7.3).
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
@@ -472,7 +472,7 @@ class MessageExt:
         if not self.sysflag & SYSFLAG_COMPRESSED:
             return self.body
         compression = self.sysflag & SYSFLAG_COMPRESSION_TYPE_MASK
-        # Type 0 (every producer before 4.9.4) and 3 both mean zlib (protocol-notes §7.1).
+        # Type 0 (every producer before 4.9.4) and 3 both mean zlib (docs/protocol.md §7.1).
         if compression not in (0, SYSFLAG_COMPRESSION_ZLIB):
             raise RemoteProtocolError(
                 f"message on {self.topic} at offset {self.physical_offset} is compressed with "

@@ -1,4 +1,4 @@
-"""Message ids: the broker's offset message id and the client's unique key (protocol-notes §8).
+"""Message ids: the broker's offset message id and the client's unique key (docs/protocol.md §8).
 
 Offset message id (SEND response ``msgId``, ``offsetMsgId`` to users), uppercase hex of::
 

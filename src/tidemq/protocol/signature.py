@@ -1,7 +1,7 @@
 """The request signature of RocketMQ 4.x's plain ACL: what is signed, and how.
 
 A client holding an access key and a secret key adds three extFields to every request it
-sends (RocketMQ's ``AclClientRPCHook``, protocol-notes §14, docs/protocol.md "ACL"):
+sends (RocketMQ's ``AclClientRPCHook``, docs/protocol.md §14, docs/protocol.md "ACL"):
 
 - ``AccessKey``: the account's access key;
 - ``SecurityToken``: optional, sent and signed only when the client has one;

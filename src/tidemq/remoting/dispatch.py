@@ -17,7 +17,7 @@ in one pass this way (one task, one store append), where a task per request cost
 the send itself; producers' oneway END_TRANSACTIONs share one end-writer flush. A lone
 request still goes to ``handler``.
 
-Outcomes the peer sees (protocol-notes §1.5):
+Outcomes the peer sees (docs/protocol.md §1.5):
 
 - no handler for the code and no default: REQUEST_CODE_NOT_SUPPORTED (3), remark
   ``" request type <code> not supported"``;

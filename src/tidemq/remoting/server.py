@@ -1,7 +1,7 @@
 """RemotingServer: listen on one or more ports and serve remoting requests by code.
 
 The broker listens on ``listenPort`` and on ``listenPort - 2`` (the "VIP" channel older
-clients use, protocol-notes §15.4), so a server takes a list of ports; every port serves the
+clients use, docs/protocol.md §15.4), so a server takes a list of ports; every port serves the
 same handlers. With ``tls`` (``tidemq.remoting.tls``) every port serves TLS only
 (``enforcing``) or TLS and plain TCP side by side (``permissive``, ``SniffingListener``).
 Each accepted socket becomes a ``Connection`` in the responder role (it stops

@@ -2,7 +2,7 @@
 
 A SEND_BATCH_MESSAGE stores each entry with its own properties, less WAIT, updated with the
 batch-level properties (the request header's, CLUSTER added by the broker), and a UNIQ_KEY
-added when it has none (protocol-notes §6.2, §6.5). Done with a dict per message, that is
+added when it has none (docs/protocol.md §6.2, §6.5). Done with a dict per message, that is
 decode, update, render: the costliest step of the batch path after the CRC.
 
 ``merge_batch_properties`` gives the same stored bytes without a dict, in the common case:

@@ -1,6 +1,6 @@
 """The checkpoint file: how far each part of the store is known to be on disk.
 
-Layout (protocol-notes §10.4): ``<storePathRootDir>/checkpoint``, 4096 bytes, memory-mapped,
+Layout (docs/protocol.md §10.4): ``<storePathRootDir>/checkpoint``, 4096 bytes, memory-mapped,
 big-endian longs::
 
     off  size  field

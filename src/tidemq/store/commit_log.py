@@ -2,7 +2,7 @@
 
 Layout: ``<storePathRootDir>/commitlog/<20-digit start offset>``, segments of
 ``mapped_file_size_commit_log`` bytes (1 GiB by default), each holding whole records of the
-layout in ``tidemq.protocol.message`` (protocol-notes §6.1) back to back. A record never
+layout in ``tidemq.protocol.message`` (docs/protocol.md §6.1) back to back. A record never
 straddles two segments: when the next record does not fit, the writer puts the 8-byte blank
 marker (TOTALSIZE = bytes left in the segment, MAGICCODE = BLANK_MAGIC) and goes on at the
 start of the next segment. A record fits when it fills the segment exactly or leaves room

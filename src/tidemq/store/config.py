@@ -15,7 +15,7 @@ from tidemq.errors import ConfigError
 from tidemq.limits import MESSAGE_BODY_SIZE_MAX
 from tidemq.protocol.message import pack_host
 
-# The topic delayed messages wait in (protocol-notes §11.1); its consume-queue tag code is the
+# The topic delayed messages wait in (docs/protocol.md §11.1); its consume-queue tag code is the
 # delivery time, which the store derives from the DELAY level and the store time.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 

@@ -1,7 +1,7 @@
 """A config file saved atomically with a ``.bak`` copy, read back with a fallback to that copy.
 
 The broker keeps its tables (topics, consumer offsets, subscription groups, delay offsets) as
-JSON files under ``<storePathRootDir>/config/`` (protocol-notes §10.5). Saving one::
+JSON files under ``<storePathRootDir>/config/`` (docs/protocol.md §10.5). Saving one::
 
     1. write <file>.tmp and fsync it            a crash here leaves <file> as it was
     2. copy <file> to <file>.bak and fsync it   the previous good version, kept for step 1

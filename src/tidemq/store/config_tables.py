@@ -45,7 +45,7 @@ CONFIG_DIR_NAME = "config"
 TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 TOPIC_GROUP_SEPARATOR = "@"
 
-# Permission bits (protocol-notes §11.2); 6 = read + write, what ordinary topics get.
+# Permission bits (docs/protocol.md §11.2); 6 = read + write, what ordinary topics get.
 PERM_READ = 0x4
 PERM_WRITE = 0x2
 

@@ -7,7 +7,7 @@ of dispatchers, each fed a ``DispatchBatch`` (the records of one queue appended 
   tag codes, keys), with no re-parse of the bytes it just wrote;
 - recovery builds one per record by parsing the commit log (``batch_from_record``).
 
-Rules (protocol-notes §6.2): only transaction types NOT and COMMIT get consume-queue entries;
+Rules (docs/protocol.md §6.2): only transaction types NOT and COMMIT get consume-queue entries;
 the index covers NOT, PREPARED and COMMIT records (not ROLLBACK). A record is indexed under
 ``topic#UNIQ_KEY`` and ``topic#<each KEYS token>``. Both dispatchers are idempotent, so
 re-dispatching a record that is already there changes nothing.

@@ -38,7 +38,7 @@ class PutStatus(enum.Enum):
 
 
 class GetStatus(enum.Enum):
-    """Outcome of ``get_messages`` (protocol-notes §4.4 maps each to a response code)."""
+    """Outcome of ``get_messages`` (docs/protocol.md §4.4 maps each to a response code)."""
 
     FOUND = "FOUND"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
@@ -136,7 +136,7 @@ class PutResult:
 
     ``physical_offset`` and ``queue_offset`` are those of the first message; a batch's
     messages follow with consecutive queue offsets. ``msg_ids`` are the offset message ids
-    (protocol-notes §8.1), one per message. Under SYNC_FLUSH ``durable`` is a Future that
+    (docs/protocol.md §8.1), one per message. Under SYNC_FLUSH ``durable`` is a Future that
     resolves to PUT_OK once the bytes are synced, or FLUSH_DISK_TIMEOUT when they were not
     within ``sync_flush_timeout_ms``; it is None under ASYNC_FLUSH and when nothing was written.
     """
@@ -174,7 +174,7 @@ class PutResult:
 class GetResult:
     """What ``get_messages`` found: the stored records, as they are, concatenated in ``body``.
 
-    ``next_begin_offset`` is where the consumer should read next (protocol-notes §4.4 table);
+    ``next_begin_offset`` is where the consumer should read next (docs/protocol.md §4.4 table);
     ``min_offset`` and ``max_offset`` are the queue's bounds at the time of the read.
     """
 
@@ -268,7 +268,7 @@ class MessageStore(abc.ABC):
     @abc.abstractmethod
     def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The queue offset whose store time is ``timestamp_ms``, else the closest (tie: the
-        earlier one); 0 when the queue holds nothing readable (protocol-notes §4.12)."""
+        earlier one); 0 when the queue holds nothing readable (docs/protocol.md §4.12)."""
 
     @abc.abstractmethod
     def earliest_message_time(self, topic: str, queue_id: int) -> int:

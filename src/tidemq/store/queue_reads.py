@@ -1,6 +1,6 @@
 """Reads through a consume queue: pull (``get_messages``) and search by time.
 
-``get_messages`` answers a pull the way protocol-notes §4.4 says: the status table first
+``get_messages`` answers a pull the way docs/protocol.md §4.4 says: the status table first
 (queue unknown, empty, offset below min, at max, above max), then a scan of consume-queue
 entries from the offset (at most max(16000, max_count * 20) bytes of them, within one
 segment) that keeps the entries whose tag code is wanted, until ``max_count`` messages or
@@ -185,7 +185,7 @@ def _store_time(queue: ConsumeQueue, commit_log: CommitLog, queue_offset: int) -
 
 def offset_by_time(queue: ConsumeQueue | None, commit_log: CommitLog, timestamp_ms: int) -> int:
     """The queue offset stored at ``timestamp_ms``, else the closest one (tie: the earlier);
-    0 when the queue holds nothing readable (protocol-notes §4.12)."""
+    0 when the queue holds nothing readable (docs/protocol.md §4.12)."""
     if queue is None:
         return 0
     low = queue.first_offset_at_or_after(commit_log.min_offset())

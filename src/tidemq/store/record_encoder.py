@@ -1,6 +1,6 @@
 """Encode StoreMessages into stored records: a whole batch into one buffer, in one pass.
 
-The record layout is the one documented in ``tidemq.protocol.message`` (protocol-notes §6.1).
+The record layout is the one documented in ``tidemq.protocol.message`` (docs/protocol.md §6.1).
 This module builds it for the append path, one pass over the messages: check each limit,
 pack the fixed 88-byte prefix (one ``struct.pack``), and queue the prefix, the body and the
 tail (topic and properties) as parts that one ``bytearray().join`` copies into the batch
@@ -74,7 +74,7 @@ _pack_int64 = struct.Struct(">q").pack_into
 _STORE_TIMESTAMP_POSITION_IPV4 = store_timestamp_position(0)  # 56
 _NO_V6_FLAGS = ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
 
-# Transaction types that get a consume-queue entry (and a queue offset); protocol-notes §6.2.
+# Transaction types that get a consume-queue entry (and a queue offset); docs/protocol.md §6.2.
 QUEUED_TRANSACTION_TYPES = frozenset((TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE))
 
 # Every field encode_messages reads, fetched for all messages with one C call each.

@@ -1,4 +1,4 @@
-"""The store directory's ``lock`` and ``abort`` files (protocol-notes §10.4).
+"""The store directory's ``lock`` and ``abort`` files (docs/protocol.md §10.4).
 
 - ``lock``: held with ``fcntl.flock`` (exclusive, non-blocking) for as long as a store is
   open, so two processes never write one directory. The holder writes its pid into it, so a

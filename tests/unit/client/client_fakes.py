@@ -2,7 +2,7 @@
 
 Enough of RocketMQ's behaviour to drive the client's public API in fast unit tests: routes
 (written with fastjson's unquoted int keys), sends and batches stored as real records, pulls
-with the status codes of protocol-notes §4.4 and a short long-poll, consumer offsets, heart
+with the status codes of docs/protocol.md §4.4 and a short long-poll, consumer offsets, heart
 beats. A broker's ``answer_sends_with`` / ``hold_sends`` let a test inject failures.
 """
 

@@ -311,7 +311,7 @@ def test_sync_twin_runs_plain_listeners_in_threads_that_may_use_other_sync_clien
 def test_where_a_queue_without_a_committed_offset_starts(run):
     """LAST: only new messages, but a retry topic from its start; FIRST: everything;
     TIMESTAMP: from the first message stored at or after the time, a retry topic from its
-    end; a committed offset wins (protocol-notes §15.5)."""
+    end; a committed offset wins (docs/protocol.md §15.5)."""
 
     async def main(consume_from: str, committed_offset: int | None = None):
         async with FakeCluster(1) as cluster:

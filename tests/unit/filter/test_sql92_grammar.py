@@ -1,5 +1,5 @@
 """SQL92 filter grammar: every construct, precedence, literals, comments, and errors that
-name the position and what was expected (RocketMQ's SelectorParser, protocol-notes §9.3)."""
+name the position and what was expected (RocketMQ's SelectorParser, docs/protocol.md §9.3)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The JSON header codec, the typed header readers and writers, the stored-record decoder and
 the batch-body decoder each have a fast path for what Java and tidemq peers send, and a
 careful path for everything else. These properties feed both kinds of input and compare the
-answers with small models of the rules written from protocol-notes (§1.2, §4, §6.1, §6.5), so
+answers with small models of the rules written from docs/protocol.md (§1.2, §4, §6.1, §6.5), so
 a fast path that disagrees with the rules in any corner fails here.
 """
 
@@ -49,7 +49,7 @@ json_scalars = (
 
 
 def java_string(value) -> str:
-    """String.valueOf of a JSON value, as protocol-notes §1.2 says a Java peer sees it."""
+    """String.valueOf of a JSON value, as docs/protocol.md §1.2 says a Java peer sees it."""
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
@@ -277,7 +277,7 @@ _INTEGER = re.compile(r"[+-]?[0-9]{1,19}")
 
 
 def model_parse(kind: type, value) -> object:
-    """protocol-notes §4 / the headers module docstring: how one extField value reads."""
+    """docs/protocol.md §4 / the headers module docstring: how one extField value reads."""
     value = str(value)
     if kind is str:
         return value

@@ -17,7 +17,7 @@ from tidemq.protocol.jsonx import (
     loads,
 )
 
-# Shapes from protocol-notes §5.2, §5.3 and §5 (captured from Java name servers and brokers).
+# Shapes from docs/protocol.md §5.2, §5.3 and §5 (captured from Java name servers and brokers).
 ROUTE_DATA_PRE_494 = (
     b'{"brokerDatas":[{"brokerAddrs":{0:"172.16.0.1:10911"},"brokerName":"broker-a",'
     b'"cluster":"DefaultCluster"}],"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a",'

@@ -1,4 +1,4 @@
-"""The stored message record, properties, Java string hash and batch body (protocol-notes §6)."""
+"""The stored message record, properties, Java string hash and batch body (docs/protocol.md §6)."""
 
 import contextlib
 import struct

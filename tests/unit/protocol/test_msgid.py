@@ -1,4 +1,4 @@
-"""Offset message ids and client unique keys (protocol-notes §8)."""
+"""Offset message ids and client unique keys (docs/protocol.md §8)."""
 
 import re
 import threading

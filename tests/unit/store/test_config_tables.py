@@ -19,7 +19,7 @@ from tidemq.store.config_tables import (
     TopicConfigTable,
 )
 
-# Files as a RocketMQ 4.x broker writes them (protocol-notes §10.6): fastjson, pretty, tabs,
+# Files as a RocketMQ 4.x broker writes them (docs/protocol.md §10.6): fastjson, pretty, tabs,
 # integer keys unquoted.
 ROCKETMQ_TOPICS = b"""{
 \t"dataVersion":{

@@ -37,7 +37,7 @@ def index_files(tmp_path):
     return sorted(p for p in (tmp_path / "index").iterdir())
 
 
-# -- an independent reader, written from protocol-notes §10.3, not from the module --------------
+# -- an independent reader, written from docs/protocol.md §10.3, not from the module --------------
 
 
 def read_index_file(path, slots=SLOTS, entries=ENTRIES):

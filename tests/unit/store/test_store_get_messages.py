@@ -1,4 +1,4 @@
-"""get_messages statuses (protocol-notes §4.4), tag filters, time search, keys, dispatch rules."""
+"""get_messages statuses (docs/protocol.md §4.4), tag filters, time search, keys, dispatch rules."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A store written by tidemq, read back by a small independent reader.
 
-The reader below knows only the byte layouts of protocol-notes §6.1 (stored record), §10.1
+The reader below knows only the byte layouts of docs/protocol.md §6.1 (stored record), §10.1
 (file names), §10.2 (consume-queue entries) and §10.4 (checkpoint); it unpacks them with
 struct by hand and uses nothing of tidemq's codec, so a layout bug in the store cannot hide
 behind the same bug in the decoder.

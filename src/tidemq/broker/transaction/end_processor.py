@@ -1,4 +1,4 @@
-"""END_TRANSACTION (37): a producer commits or rolls back a half message (protocol-notes §4.9).
+"""END_TRANSACTION (37): a producer commits or rolls back a half message (docs/protocol.md §4.9).
 
 Producers send it oneway, both after their local transaction and when answering the broker's
 CHECK_TRANSACTION_STATE (``fromTransactionCheck=true``), so the response is only seen by a

@@ -1,6 +1,6 @@
 """The messages a transaction is made of, and the op record that ends one.
 
-Every shape here is RocketMQ's (protocol-notes §4.9, §4.10, §6.2, §11.1), so a store written
+Every shape here is RocketMQ's (docs/protocol.md §4.9, §4.10, §6.2, §11.1), so a store written
 by tidemq reads as a RocketMQ store and a RocketMQ client's transaction API works unchanged.
 
 Half message (what a producer sends with ``TRAN_MSG=true``)::

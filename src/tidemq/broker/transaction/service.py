@@ -8,7 +8,7 @@ RMQ_SYS_TRANS_HALF_TOPIC queue 0 with its real topic and queue in REAL_TOPIC / R
 (records.py). No consumer subscribes to that topic, so nobody sees it. The producer gets the
 half's offset msg id and half-queue offset back, runs its local transaction, and ends it.
 
-*End.* END_TRANSACTION (oneway, protocol-notes §4.9) names the half by half-queue offset and
+*End.* END_TRANSACTION (oneway, docs/protocol.md §4.9) names the half by half-queue offset and
 commit-log offset. ``end_transaction`` reads the half there and checks that it is one, of
 that producer group, at that offset. Commit stores the committed message in the real topic
 and queue (a DELAY on it is honoured), then an op record; rollback only the op record. The
@@ -333,7 +333,7 @@ class TransactionService:
     async def end_transaction(
         self, header: EndTransactionRequestHeader, *, answer_wanted: bool = True
     ) -> EndAnswer | None:
-        """Commit or roll back the half ``header`` names (protocol-notes §4.9).
+        """Commit or roll back the half ``header`` names (docs/protocol.md §4.9).
 
         Args:
             answer_wanted: False for a oneway request: a decided end is then only queued

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from tidemq.broker.config import BrokerConfig
 
-# RocketMQ's BrokerConfig defaults (protocol-notes §11.1).
+# RocketMQ's BrokerConfig defaults (docs/protocol.md §11.1).
 TRANSACTION_TIMEOUT_MS = 6_000  # transactionTimeOut: no check before a half is this old
 TRANSACTION_CHECK_INTERVAL_MS = 60_000  # transactionCheckInterval: between checks of a half
 TRANSACTION_CHECK_MAX = 15  # transactionCheckMax: then the half is discarded
