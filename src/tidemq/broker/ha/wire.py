@@ -84,7 +84,7 @@ class Chunk:
     """One chunk of the master's stream (``data`` empty for a heartbeat)."""
 
     offset: int
-    data: bytes
+    data: bytes | memoryview
 
 
 class ChunkDecoder:
@@ -101,29 +101,46 @@ class ChunkDecoder:
     def feed(self, data: bytes) -> list[Chunk]:
         """Take ``data``; return the chunks completed by it, in order.
 
+        Bodies that lie wholly in ``data`` are returned as views of it (no copy: bytes do
+        not change); only a chunk split across reads is copied together.
+
         Raises:
             RemoteProtocolError: a header with a negative offset or size, or a size above
                 ``chunk_size_max``; the stream cannot be trusted after it.
         """
-        buffer = self._buffer
-        buffer += data
+        if self._buffer:
+            self._buffer += data
+            source: bytes | bytearray = self._buffer
+        else:
+            source = data
+        view = memoryview(source)
         chunks: list[Chunk] = []
         position = 0
-        end = len(buffer)
-        while end - position >= CHUNK_HEADER_SIZE:
-            offset, size = CHUNK_HEADER.unpack_from(buffer, position)
-            if offset < 0 or size < 0 or size > self._chunk_size_max:
-                raise RemoteProtocolError(
-                    f"chunk header says {size} bytes at offset {offset}: not a master's chunk "
-                    f"(sizes are 0..{self._chunk_size_max}, offsets >= 0)"
-                )
-            body_start = position + CHUNK_HEADER_SIZE
-            if end - body_start < size:
-                break
-            chunks.append(Chunk(offset, bytes(buffer[body_start : body_start + size])))
-            position = body_start + size
-        if position:
-            del buffer[:position]
+        end = len(source)
+        try:
+            while end - position >= CHUNK_HEADER_SIZE:
+                offset, size = CHUNK_HEADER.unpack_from(source, position)
+                if offset < 0 or size < 0 or size > self._chunk_size_max:
+                    raise RemoteProtocolError(
+                        f"chunk header says {size} bytes at offset {offset}: not a master's "
+                        f"chunk (sizes are 0..{self._chunk_size_max}, offsets >= 0)"
+                    )
+                body_start = position + CHUNK_HEADER_SIZE
+                if end - body_start < size:
+                    break
+                if source is data:
+                    chunks.append(Chunk(offset, view[body_start : body_start + size]))
+                else:  # a copy: the bytearray is cut below
+                    chunks.append(Chunk(offset, view[body_start : body_start + size].tobytes()))
+                position = body_start + size
+            rest = bytes(view[position:]) if source is data else None
+        finally:
+            if source is not data:
+                view.release()  # the bytearray can be resized again
+        if rest is not None:
+            self._buffer = bytearray(rest)
+        elif position:
+            del self._buffer[:position]
         return chunks
 
     @property
