@@ -45,11 +45,13 @@ SCENARIOS = {
     "reliability": ["delay_levels", "retry_then_dlq", "transaction_check"],
     "admin": ["cluster_and_broker", "topic_create_route_stats", "consume_stats_connections",
               "offset_reset"],
+    "request_reply": ["request_reply"],
 }
 # JSON headers for every group; the binary ROCKETMQ headers for the groups whose requests
 # carry the most header kinds (sends, queries, admin) and broker-to-client requests
-# (transaction checks, offset resets).
-SERIALIZE_TYPES = {"JSON": list(SCENARIOS), "ROCKETMQ": ["produce", "reliability", "admin"]}
+# (transaction checks, offset resets, pushed replies).
+SERIALIZE_TYPES = {"JSON": list(SCENARIOS),
+                   "ROCKETMQ": ["produce", "reliability", "admin", "request_reply"]}
 CASES = [pytest.param(serialize_type, group, scenario, id=f"{serialize_type}-{scenario}")
          for serialize_type, groups in SERIALIZE_TYPES.items()
          for group in groups for scenario in SCENARIOS[group]]

@@ -4,6 +4,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Random;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.TransactionMQProducer;
@@ -12,6 +13,7 @@ import org.apache.rocketmq.common.protocol.body.ClusterInfo;
 import org.apache.rocketmq.common.protocol.route.BrokerData;
 import org.apache.rocketmq.common.protocol.route.TopicRouteData;
 import org.apache.rocketmq.common.MixAll;
+import org.apache.rocketmq.remoting.RPCHook;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 /**
@@ -25,6 +27,8 @@ public final class Env {
     private final String runId = Integer.toHexString(new Random().nextInt(0x10000000));
     private final List<AutoCloseable> clients = new ArrayList<>();
     private int instances;
+    /** Signs every client made from now on (null: unsigned); the ACL scenarios set it. */
+    public RPCHook rpcHook;
 
     public Env(String namesrv, long timeoutMs) {
         this.namesrv = namesrv;
@@ -41,7 +45,7 @@ public final class Env {
     }
 
     public DefaultMQProducer producer(String group) throws Exception {
-        DefaultMQProducer producer = new DefaultMQProducer(group);
+        DefaultMQProducer producer = new DefaultMQProducer(group, rpcHook);
         producer.setNamesrvAddr(namesrv);
         producer.setInstanceName(nextInstance());
         producer.start();
@@ -50,7 +54,7 @@ public final class Env {
     }
 
     public TransactionMQProducer transactionProducer(String group) {
-        TransactionMQProducer producer = new TransactionMQProducer(group);
+        TransactionMQProducer producer = new TransactionMQProducer(group, rpcHook);
         producer.setNamesrvAddr(namesrv);
         producer.setInstanceName(nextInstance());
         clients.add(producer::shutdown);
@@ -59,7 +63,8 @@ public final class Env {
 
     /** A push consumer not yet started (the scenario subscribes and registers a listener). */
     public DefaultMQPushConsumer pushConsumer(String group) {
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group, rpcHook,
+                new AllocateMessageQueueAveragely());
         consumer.setNamesrvAddr(namesrv);
         consumer.setInstanceName(nextInstance());
         clients.add(consumer::shutdown);
@@ -67,7 +72,7 @@ public final class Env {
     }
 
     public DefaultLitePullConsumer litePullConsumer(String group) {
-        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(group);
+        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(group, rpcHook);
         consumer.setNamesrvAddr(namesrv);
         consumer.setInstanceName(nextInstance());
         clients.add(consumer::shutdown);
@@ -75,7 +80,7 @@ public final class Env {
     }
 
     public DefaultMQAdminExt admin() throws Exception {
-        DefaultMQAdminExt admin = new DefaultMQAdminExt();
+        DefaultMQAdminExt admin = new DefaultMQAdminExt(rpcHook);
         admin.setNamesrvAddr(namesrv);
         admin.setInstanceName(nextInstance());
         admin.start();

@@ -39,12 +39,18 @@ public final class Groups {
                 scenarios.put("consume_stats_connections", AdminScenarios::consumeStats);
                 scenarios.put("offset_reset", AdminScenarios::offsetReset);
                 break;
+            case "request_reply":
+                scenarios.put("request_reply", ExtraScenarios::requestReply);
+                break;
+            case "acl":
+                scenarios.put("acl_signed_and_refused", ExtraScenarios::acl);
+                break;
             case "trace":
                 scenarios.put("traced_send_consume", TraceScenarios::tracedSendConsume);
                 break;
             default:
                 throw new IllegalArgumentException("unknown scenario group " + group
-                        + " (produce, consume, reliability, admin, trace)");
+                        + " (produce, consume, reliability, admin, request_reply, acl, trace)");
         }
         return scenarios;
     }
