@@ -6,8 +6,9 @@ know are answered REQUEST_CODE_NOT_SUPPORTED with RocketMQ's remark
 
 Served (docs/protocol.md §4.16, §5.5, §10.6):
 
-- UPDATE_AND_CREATE_TOPIC (17): create or change a topic, then register with the name
-  servers before answering, so a route lookup right after sees it;
+- UPDATE_AND_CREATE_TOPIC (17): create or change a topic, wait until topics.json holds it
+  durably, then register with the name servers before answering, so a route lookup right
+  after sees it;
 - DELETE_TOPIC_IN_BROKER (215): forget the topic, its consume queues and its offsets;
 - GET_ALL_TOPIC_CONFIG (21): the topics.json content (TopicConfigSerializeWrapper);
 - GET_BROKER_RUNTIME_INFO (28): KVTable of statistics (``runtime_info``);
@@ -16,7 +17,12 @@ Served (docs/protocol.md §4.16, §5.5, §10.6):
 - GET_BROKER_CONFIG (26): the broker's settings as properties text;
 - GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_ALL_DELAY_OFFSET
   (45): the config files' content (what a slave copies);
-- UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), DELETE_SUBSCRIPTIONGROUP (207);
+- UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), DELETE_SUBSCRIPTIONGROUP (207).
+
+A change of topics or groups is answered only once the config file holds it durably, as
+RocketMQ persists on each update: concurrent changes share one save (group commit,
+``background_saver.py``); a failed save answers SYSTEM_ERROR with a remark naming the file.
+
 - GET_CONSUMER_RUNNING_INFO (307), INVOKE_BROKER_TO_RESET_OFFSET (222) and
   INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223): answered by asking the group's consumers
   (``client_admin``).
@@ -42,7 +48,7 @@ from tidemq.broker.config import (
 )
 from tidemq.broker.runtime_info import runtime_info
 from tidemq.broker.topic_config_manager import TOPIC_FILTER_TYPES, TopicConfig
-from tidemq.errors import HeaderFieldError, RemoteProtocolError
+from tidemq.errors import HeaderFieldError, RemoteProtocolError, StoreError
 from tidemq.limits import topic_name_problem
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
@@ -202,7 +208,11 @@ class AdminProcessor:
             topic_sys_flag=header.topic_sys_flag or 0,
             order=header.order,
         )
-        self._topics.update(topic_config)
+        try:
+            self._topics.update(topic_config)
+            await self._topics.saved()
+        except StoreError as exc:
+            return _not_saved(request, f"topic {topic}", exc)
         log.info("topic %s created or updated by an admin request: %s", topic, topic_config)
         # Only this topic: the whole table would cost the square of the topic count over a
         # run of creates (namesrv_registration.py).
@@ -215,7 +225,11 @@ class AdminProcessor:
         problem = topic_name_problem(topic) or self._system_topic_problem(topic, "deleted")
         if problem is not None:
             return _error(request, ResponseCode.SYSTEM_ERROR, f"cannot delete topic: {problem}")
-        self._topics.delete(topic)
+        try:
+            self._topics.delete(topic)
+            await self._topics.saved()
+        except StoreError as exc:
+            return _not_saved(request, f"deleting topic {topic}", exc)
         # Removing a topic's queue files takes a while for a wide topic (1024 queues: 1.6 s
         # on a busy machine): a worker thread does it, so the event loop keeps serving. The
         # topic is gone from the table first, so no pull or send reaches its queues; the
@@ -304,12 +318,20 @@ class AdminProcessor:
                 f"UPDATE_AND_CREATE_SUBSCRIPTIONGROUP body is not a SubscriptionGroupConfig "
                 f"JSON object with a groupName: {exc}",
             )
-        self._groups.update_subscription_group_config(group_config)
+        try:
+            self._groups.update_subscription_group_config(group_config)
+            await self._groups.saved()
+        except StoreError as exc:
+            return _not_saved(request, f"subscription group {group_config.group_name}", exc)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def _delete_subscription_group(self, request: RemotingCommand) -> RemotingCommand:
         header = DeleteSubscriptionGroupRequestHeader.from_ext_fields(request.ext_fields)
-        self._groups.delete_subscription_group_config(header.group_name)
+        try:
+            self._groups.delete_subscription_group_config(header.group_name)
+            await self._groups.saved()
+        except StoreError as exc:
+            return _not_saved(request, f"deleting subscription group {header.group_name}", exc)
         if header.remove_offset:
             self._offsets.remove_group(header.group_name)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
@@ -357,6 +379,16 @@ class AdminProcessor:
 
 def _error(request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
     return RemotingCommand.response_to(request, code, remark)
+
+
+def _not_saved(request: RemotingCommand, what: str, exc: StoreError) -> RemotingCommand:
+    """SYSTEM_ERROR for a change the config file could not hold (``exc`` names the file)."""
+    return _error(
+        request,
+        ResponseCode.SYSTEM_ERROR,
+        f"{what}: the change is in memory but not saved ({exc}); it is saved again with the "
+        "next change or at shutdown, or repeat the request once the file can be written",
+    )
 
 
 def _queue_nums_problem(key: str, value: int) -> str | None:

@@ -1,16 +1,24 @@
-"""Saving a config table off the request path: changes coalesce into one save at a time.
+"""Saving a config table off the request path: group commit, one save at a time.
 
 Writing topics.json on every change costs the whole table and three fsyncs (``.tmp``,
 ``.bak``, the directory) on the event loop: at thousands of topics every create paid tens
 of milliseconds, and creating the 10,000th topic cost a hundred times the 100th. A
-``BackgroundSaver`` is told "changed" (``schedule``, a flag: never blocks), and its task
-saves the table in a worker thread, one save at a time, at most every ``interval_s``: all
-changes made meanwhile go into the next save. ``stop`` waits for a final save, so a clean
-shutdown writes every change.
+``BackgroundSaver`` saves the table in a worker thread, one save at a time; every change made
+while a save runs goes into the next one.
 
-What this gives up: a crash (not a clean stop) within ``interval_s`` plus one save's time of
-a change loses that change from the file. For topics, RocketMQ writes topics.json without
-syncing it at all, so a power loss can lose more there.
+Two kinds of change:
+
+- acknowledged ones (an admin's UPDATE_AND_CREATE_TOPIC, a subscription group's update or
+  delete) ``await saved()``: it returns once a save that began after the call -- so one
+  holding the change -- is durable (written, fsync'd, renamed, directory fsync'd), or raises
+  that save's error. Waiters start the next save at once, and every waiter that arrived
+  while a save was running shares the next one: like the commit log's SYNC_FLUSH group
+  commit, a burst of N concurrent creates costs a few saves, not N (RocketMQ saves on each
+  update and answers after it; a crash loses no acknowledged change);
+- internal ones (a retry topic or a group auto-created by a heartbeat) only ``schedule()``:
+  they ride the next save, at most ``interval_s`` later when nobody waits. A crash within that
+  time can lose them from the file (the client's next heartbeat creates them again); ``stop``
+  saves them, so a clean stop loses nothing.
 
 Owner: the event loop. ``snapshot`` runs on the loop (it must be cheap: take the bytes or a
 copy), ``write`` in a worker thread; the config file serializes writers and skips a save
@@ -61,6 +69,10 @@ class BackgroundSaver(Generic[S]):
         self._what = what
         self._interval_s = interval_s
         self._changed = asyncio.Event()
+        # Set when someone awaits ``saved``: the pause between saves ends at once.
+        self._urgent = asyncio.Event()
+        # Futures of ``saved`` callers whose change no save has taken a snapshot of yet.
+        self._waiters: list[asyncio.Future[None]] = []
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -78,8 +90,28 @@ class BackgroundSaver(Generic[S]):
         """Note a change; the next save writes it. Never blocks."""
         self._changed.set()
 
+    async def saved(self) -> None:
+        """Return when a save holding every change made before this call is durable.
+
+        Waiters that arrive while a save runs share the next save (group commit). When the
+        saver is not running (before ``start``, after ``stop``), the save runs now.
+
+        Raises:
+            StoreFull, StoreError (or whatever ``write`` raised): that save failed; every
+            waiter of it gets the same error, and the table stays dirty for the next save.
+        """
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        if self._task is None:
+            await self._save_once()
+        else:
+            self._changed.set()
+            self._urgent.set()
+        await waiter
+
     async def stop(self) -> None:
-        """Stop the task and save what changed since the last save (errors are logged)."""
+        """Stop the task and save what changed since the last save (errors are logged and
+        given to any waiter)."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -93,14 +125,31 @@ class BackgroundSaver(Generic[S]):
             await self._changed.wait()
             started = loop.time()
             await self._save_once()
-            await asyncio.sleep(max(0.0, self._interval_s - (loop.time() - started)))
+            pause = self._interval_s - (loop.time() - started)
+            if pause > 0 and not self._waiters:
+                # Unacknowledged changes wait out the interval; a ``saved`` caller ends it.
+                self._urgent.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._urgent.wait(), pause)
 
     async def _save_once(self) -> None:
         self._changed.clear()  # changes from here on go into the next save
-        snapshot = self._snapshot()
-        if snapshot is None:
-            return
+        # The snapshot below holds every change made before these waiters arrived.
+        waiters, self._waiters = self._waiters, []
         try:
-            await asyncio.to_thread(self._write, snapshot)
+            snapshot = self._snapshot()
+            if snapshot is not None:
+                await asyncio.to_thread(self._write, snapshot)
+        except asyncio.CancelledError:
+            # ``stop`` cancelled us mid-save: its final save answers these waiters.
+            self._waiters[:0] = waiters
+            raise
         except Exception as exc:  # the table stays dirty: the next change or stop retries
             log.error("saving %s failed: %s; retrying with the next change", self._what, exc)
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(exc)
+            return
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)

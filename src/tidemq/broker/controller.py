@@ -267,11 +267,14 @@ class BrokerController:
             if self.config.listen_port == 0:  # a test asked for any free port
                 self.identity.bound(self.server.bound_ports[0])
             # topics.json and subscriptionGroup.json are written in the background from now
-            # on, many changes a save (background_saver.py).
+            # on, many changes a save; an admin's change waits for its save (group commit,
+            # background_saver.py).
             self.topics_saver.start()
-            self.topic_config_manager.defer_persistence(self.topics_saver.schedule)
+            self.topic_config_manager.defer_persistence(
+                self.topics_saver.schedule, self.topics_saver.saved)
             self.groups_saver.start()
-            self.subscription_group_manager.defer_persistence(self.groups_saver.schedule)
+            self.subscription_group_manager.defer_persistence(
+                self.groups_saver.schedule, self.groups_saver.saved)
             if self.acl is not None:
                 self.acl.start()
             if self.role.replication is not None:

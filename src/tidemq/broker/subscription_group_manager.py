@@ -14,7 +14,10 @@ Changes are written to ``<storePathRootDir>/config/subscriptionGroup.json`` (ato
 a .bak): at once, as RocketMQ does, until the running broker hands the writing to a
 background saver (``defer_persistence``, ``background_saver.py``), which writes many changes
 in one save off the event loop: every new consumer group is a change, and at a thousand
-groups writing the whole file on the loop made each new group's first heartbeat slow.
+groups writing the whole file on the loop made each new group's first heartbeat slow. An
+admin's update or delete awaits ``saved`` before it is answered (group commit with other
+callers), so an acknowledged change survives a crash; a group auto-created for a heartbeat
+rides the next save.
 
 Ownership: the event-loop thread.
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from tidemq.broker.background_saver import TableSnapshot
@@ -67,6 +70,7 @@ class SubscriptionGroupManager:
         self._config = config
         self._table = SubscriptionGroupTable.load(self._file)
         self._persist_soon: Callable[[], None] | None = None
+        self._wait_saved: Callable[[], Awaitable[None]] | None = None
         self._changes = 0  # counts up, unlike a slave's table version (topic_config_manager)
         self._changes_persisted = -1
         for group in BUILT_IN_GROUPS:
@@ -155,14 +159,35 @@ class SubscriptionGroupManager:
         if self._persist_soon is not None:
             self._persist_soon()
             return
+        self._write_if_dirty()
+
+    async def saved(self) -> None:
+        """Return when subscriptionGroup.json durably holds every change made so far (group
+        commit with the other callers when a background saver writes the file).
+
+        Raises:
+            StoreFull, StoreError: the save failed; the message names the file. The change
+                stays in memory and is saved again with the next save.
+        """
+        if self._wait_saved is not None:
+            await self._wait_saved()
+        else:
+            self._write_if_dirty()  # written at the change already, unless that write failed
+
+    def _write_if_dirty(self) -> None:
         snapshot = self.snapshot_if_dirty()
         if snapshot is not None:
             self.write_snapshot(snapshot)
 
-    def defer_persistence(self, persist_soon: Callable[[], None] | None) -> None:
+    def defer_persistence(
+        self,
+        persist_soon: Callable[[], None] | None,
+        wait_saved: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """From now on a change calls ``persist_soon`` instead of writing the file on the
-        caller's thread; None writes at once again."""
+        caller's thread, and ``saved`` awaits ``wait_saved``; None writes at once again."""
         self._persist_soon = persist_soon
+        self._wait_saved = wait_saved if persist_soon is not None else None
 
     def snapshot_if_dirty(self) -> TableSnapshot | None:
         """The file's bytes to write now, or None when the file holds the table already."""

@@ -21,14 +21,16 @@ names of the topics created or changed (None when topics were removed; the contr
 registers them with the name servers). Persisting means writing topics.json at once, until
 the running broker hands it to a background saver (``defer_persistence``): then a change
 only marks the table to be saved, and the save runs in a worker thread, many changes in one
-write (``background_saver.py``). Owner: the event loop thread.
+write (``background_saver.py``); a change that is acknowledged to a client (an admin's
+create, update or delete) awaits ``saved`` before the answer, so a crash cannot lose it.
+Owner: the event loop thread.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tidemq.broker.background_saver import TableSnapshot
@@ -121,6 +123,7 @@ class TopicConfigManager:
         self._file = ConfigFile(Path(config_dir) / TopicConfigTable.file_name)
         self._on_change = on_change
         self._persist_soon: Callable[[], None] | None = None
+        self._wait_saved: Callable[[], Awaitable[None]] | None = None
         # Changes counted here, not by the table's DataVersion: a slave takes its master's
         # version, which may be lower, and the file skips saves older than what it holds.
         self._changes = 0
@@ -299,11 +302,30 @@ class TopicConfigManager:
 
     # -- persistence -----------------------------------------------------------------------
 
-    def defer_persistence(self, persist_soon: Callable[[], None] | None) -> None:
+    def defer_persistence(
+        self,
+        persist_soon: Callable[[], None] | None,
+        wait_saved: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """From now on a change calls ``persist_soon`` (a background saver's ``schedule``)
-        instead of writing topics.json on the caller's thread; None writes at once again.
-        The saver writes through ``snapshot_if_dirty`` and ``write_snapshot``."""
+        instead of writing topics.json on the caller's thread, and ``saved`` awaits
+        ``wait_saved`` (the saver's ``saved``); None writes at once again. The saver writes
+        through ``snapshot_if_dirty`` and ``write_snapshot``."""
         self._persist_soon = persist_soon
+        self._wait_saved = wait_saved if persist_soon is not None else None
+
+    async def saved(self) -> None:
+        """Return when topics.json durably holds every change made so far (group commit
+        with the other callers when a background saver writes the file).
+
+        Raises:
+            StoreFull, StoreError: the save failed; the message names the file. The change
+                stays in memory and is saved again with the next save.
+        """
+        if self._wait_saved is not None:
+            await self._wait_saved()
+        else:
+            self._persist()  # written at the change already, unless that write failed
 
     def snapshot_if_dirty(self) -> TableSnapshot | None:
         """topics.json's bytes to write now, or None when the file holds the table already."""

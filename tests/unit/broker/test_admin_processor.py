@@ -287,3 +287,66 @@ def test_broker_config_as_properties_text(make_broker, handlers):
     assert properties["flushDiskType"] == "SYNC_FLUSH"
     assert properties["autoCreateTopicEnable"] == "true"
     assert json.loads(response.ext_fields["version"])["counter"] == 0
+
+
+# -- durability of acknowledged changes ---------------------------------------------------------
+
+
+def group_body(group: str) -> bytes:
+    return jsonx.dumps({"groupName": group, "retryMaxTimes": 3})
+
+
+def test_changes_are_in_the_files_when_answered(make_broker, serve):
+    broker = make_broker()
+
+    async def scenario():
+        async with serve(broker) as link:
+            config = broker.config_dir
+            answers = await asyncio.gather(
+                *(link.invoke(create_topic(f"Saved{i}")) for i in range(8)),
+                *(link.invoke(request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                                      group_body(f"saved{i}"))) for i in range(8)))
+            assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 16
+            # Read at once, before any background pause could pass: the saves are done.
+            topics = jsonx.loads((config / "topics.json").read_bytes())["topicConfigTable"]
+            groups = jsonx.loads((config / "subscriptionGroup.json").read_bytes())
+            assert {f"Saved{i}" for i in range(8)} <= set(topics)
+            assert {f"saved{i}" for i in range(8)} <= set(groups["subscriptionGroupTable"])
+            deleted = await asyncio.gather(
+                link.invoke(request(RequestCode.DELETE_TOPIC_IN_BROKER, topic="Saved0")),
+                link.invoke(request(RequestCode.DELETE_SUBSCRIPTIONGROUP, groupName="saved0")))
+            assert [a.code for a in deleted] == [ResponseCode.SUCCESS] * 2
+            topics = jsonx.loads((config / "topics.json").read_bytes())["topicConfigTable"]
+            groups = jsonx.loads((config / "subscriptionGroup.json").read_bytes())
+            assert "Saved0" not in topics
+            assert "saved0" not in groups["subscriptionGroupTable"]
+
+    asyncio.run(scenario())
+
+
+def test_a_change_the_file_cannot_hold_is_a_system_error_naming_the_file(make_broker, serve):
+    broker = make_broker()
+
+    async def scenario():
+        async with serve(broker) as link:
+            config = broker.config_dir
+            aside = config.with_name("config-aside")
+            config.rename(aside)
+            config.write_bytes(b"")  # a file where the folder was: every save fails
+            try:
+                topic, group = await asyncio.gather(
+                    link.invoke(create_topic("Unsaved")),
+                    link.invoke(request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                                        group_body("unsaved"))))
+            finally:
+                config.unlink()
+                aside.rename(config)
+            assert topic.code == ResponseCode.SYSTEM_ERROR
+            assert "topic Unsaved" in topic.remark and "topics.json" in topic.remark
+            assert group.code == ResponseCode.SYSTEM_ERROR
+            assert "unsaved" in group.remark and "subscriptionGroup.json" in group.remark
+        return config
+
+    config = asyncio.run(scenario())
+    # In memory all along, and the final save at shutdown wrote it once the folder was back.
+    assert "Unsaved" in jsonx.loads((config / "topics.json").read_bytes())["topicConfigTable"]
