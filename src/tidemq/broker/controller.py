@@ -7,9 +7,10 @@ The controller is the only place that knows every part. In ``__init__`` it
    holds), the store being a ``FileMessageStore`` under storePathRootDir unless one is given
    (e.g. a ``MemoryMessageStore`` in tests), its store host brokerIP1:listenPort;
 2. builds the services on them: the remoting server on brokerIP1 at listenPort and
-   listenPort - 2, name-server registration (``registration``), the delay levels' timers
-   (``schedule_service``), transactions (``transaction_service``, broker/transaction/),
-   exactly-once batches on them (``exactly_once``, broker/exactly_once/) and
+   listenPort - 2 (TLS per the tls* keys; with aclEnable, ``acl`` checks every request
+   before any processor, tidemq/acl/), name-server registration (``registration``), the
+   delay levels' timers (``schedule_service``), transactions (``transaction_service``,
+   broker/transaction/), exactly-once batches on them (``exactly_once``, broker/exactly_once/) and
    the consumption side's background work (``consumption``) and, on a slave, the copying
    of its master's tables (``slave_sync``);
 3. builds each processor with exactly the parts it uses, and registers them.
