@@ -32,9 +32,6 @@ class NamesrvConfig:
             table also drops topics it no longer lists (RocketMQ 5's option; off as in 4.x,
             where brokers may send only the topics that changed).
         server_channel_max_idle_time_seconds: close a connection idle this long.
-        acl_enable, acl_file_path: check the write operations against plain_acl.yml
-            (docs/security.md).
-        tls_*: TLS on the listening port (docs/security.md; RocketMQ's tls.server.* names).
     """
 
     listen_port: int = field(default=9876, metadata={"key": "listenPort", "min": 0,
