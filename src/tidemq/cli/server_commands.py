@@ -145,6 +145,11 @@ def dev(ctx: click.Context, log_level: str, log_dir: Path | None, log_max_bytes:
     Data goes to ./tidemq-data unless --storePathRootDir says otherwise; any broker or store
     key may be given (e.g. --flushDiskType SYNC_FLUSH). A new store gets 64 MiB commit-log
     segments (a broker's default is 1 GiB), so a first start holds well under 200 MB.
+
+    It also serves the web console (--consolePort 8080, a free port if taken, or off;
+    --consoleWrite true allows changes) and Prometheus /metrics of the broker and the name
+    server on free ports (--metricsPromExporterPort N fixes the broker's; --metricsExporterType
+    DISABLE turns them off); the line printed at start gives every URL.
     """
     setup_logging(log_level)
     from tidemq.namesrv import NamesrvConfig, NamesrvController
