@@ -21,10 +21,16 @@ import logging
 import os
 from dataclasses import dataclass
 
+from tidemq.protocol import jsonx
 from tidemq.store.config_file import ConfigFile
-from tidemq.store.config_tables import ConsumerOffsetTable
+from tidemq.store.config_tables import TOPIC_GROUP_SEPARATOR, ConsumerOffsetTable
 
 log = logging.getLogger("tidemq.broker")
+
+# A slave's own consumer commits not yet seen in its master's table, saved beside RocketMQ's
+# offsetTable in consumerOffset.json ({"topic@group": {"queueId": offset}}); RocketMQ's
+# readers ignore the field.
+LOCAL_COMMITS_FIELD = "tidemqLocalCommits"
 
 # An UPDATE_CONSUMER_OFFSET carrying this ext field set to "true" comes from a slave handing
 # back what consumers committed to it while its master was away: the master keeps the larger
@@ -54,12 +60,17 @@ class ConsumerOffsetManager:
         self, path: str | os.PathLike[str], *, remember_local_commits: bool = False
     ) -> None:
         self._file = ConfigFile(path)
-        self._table = ConsumerOffsetTable.load(self._file)
+        loaded = self._file.load_parsed(_parse_with_local_commits)
+        self._table, local_commits = loaded if loaded is not None else (ConsumerOffsetTable(),
+                                                                         {})
         self._persisted_version = self._table.data_version.counter
         # On a slave: offsets committed to this broker itself (consumers whose master was
-        # gone), kept until the master's table has them (``merge_from_master``).
+        # gone), kept until the master's table has them (``merge_from_master``). Saved in
+        # the same file under LOCAL_COMMITS_FIELD, so a slave restarted while its master is
+        # away still hands them back.
         self._remember_local_commits = remember_local_commits
-        self._local_commits: dict[tuple[str, str, int], int] = {}
+        self._local_commits: dict[tuple[str, str, int], int] = (
+            local_commits if remember_local_commits else {})
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record ``group``'s next offset to consume in ``topic`` queue ``queue_id``.
@@ -98,10 +109,12 @@ class ConsumerOffsetManager:
             master: the slave hands these to the master (``commit_offset_max`` there).
         """
         ahead: list[tuple[str, str, int, int]] = []
+        forgotten = False
         for (group, topic, queue_id), offset in list(self._local_commits.items()):
             mastered = master.query(group, topic, queue_id)
             if mastered is not None and mastered >= offset:
                 del self._local_commits[(group, topic, queue_id)]
+                forgotten = True
                 continue
             ahead.append((group, topic, queue_id, offset))
         merged = ConsumerOffsetTable.from_json(master.to_json())
@@ -110,6 +123,10 @@ class ConsumerOffsetManager:
         if merged.to_json() != self._table.to_json():
             merged.data_version.counter = self._table.data_version.counter + 1
             self._table = merged
+        elif forgotten:
+            # Written again without the forgotten ones: a restart must not hand back an
+            # offset the master has since moved past (or been reset from).
+            self._table.data_version.bump()
         return ahead
 
     @property
@@ -166,7 +183,16 @@ class ConsumerOffsetManager:
         """The file bytes to write now, or None when nothing changed since the last write."""
         if not self.dirty:
             return None
-        return OffsetSnapshot(self._table.data_version.counter, self._table.to_json(pretty=True))
+        if not self._local_commits:
+            return OffsetSnapshot(self._table.data_version.counter,
+                                  self._table.to_json(pretty=True))
+        document = self._table.to_json_object()
+        local: dict[str, dict[str, int]] = {}
+        for (group, topic, queue_id), offset in sorted(self._local_commits.items()):
+            local.setdefault(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", {})[str(queue_id)] = offset
+        document[LOCAL_COMMITS_FIELD] = local
+        return OffsetSnapshot(self._table.data_version.counter,
+                              jsonx.dumps(document, pretty=True))
 
     def write_snapshot(self, snapshot: OffsetSnapshot) -> None:
         """Write a snapshot atomically (may run in a worker thread).
@@ -184,3 +210,24 @@ class ConsumerOffsetManager:
         snapshot = self.snapshot_if_dirty()
         if snapshot is not None:
             self.write_snapshot(snapshot)
+
+
+def _parse_with_local_commits(
+    data: bytes,
+) -> tuple[ConsumerOffsetTable, dict[tuple[str, str, int], int]]:
+    """consumerOffset.json: RocketMQ's table and a slave's local commits (when present).
+
+    Raises:
+        JsonShapeError / JsonDecodeError: the bytes are not such a file.
+    """
+    document = jsonx.loads(data)
+    table = ConsumerOffsetTable.from_json_object(document)
+    local: dict[tuple[str, str, int], int] = {}
+    extra = document.get(LOCAL_COMMITS_FIELD) if isinstance(document, dict) else None
+    if extra is not None:
+        checked = ConsumerOffsetTable.from_json_object({"offsetTable": extra})  # validates
+        for key, queues in checked.to_json_object()["offsetTable"].items():
+            topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
+            for queue_id, offset in queues.items():
+                local[(group, topic, int(queue_id))] = offset
+    return table, local

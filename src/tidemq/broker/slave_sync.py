@@ -17,11 +17,12 @@ Offsets committed to the slave are not thrown away (RocketMQ 4.x replaces the sl
 with the master's, so what consumers committed to the slave while the master was down is
 lost when it returns, and a consumer that restarts then reads those messages again). Here
 the slave remembers every offset committed to it (``ConsumerOffsetManager`` with
-``remember_local_commits``); a sync keeps, per queue, the larger of the master's offset and
-the local commit, and hands each local commit still ahead of the master back to it with
-UPDATE_CONSUMER_OFFSET carrying ``tidemqKeepLarger=true``, which the master applies as
-"keep the larger". A local commit is forgotten once the master's table has reached it.
-docs/operations.md ("Replication") tells operators the same.
+``remember_local_commits``, saved in consumerOffset.json so a restart keeps them); a sync
+keeps, per queue, the larger of the master's offset and the local commit, and hands each
+local commit still ahead of the master back to it with UPDATE_CONSUMER_OFFSET carrying
+``tidemqKeepLarger=true``, which the master applies as "keep the larger". A local commit is
+forgotten once the master's table has reached it. docs/operations.md ("Reading from slaves,
+and offsets through a master outage") tells operators the same.
 
 Ownership: one task on the broker's event loop.
 """

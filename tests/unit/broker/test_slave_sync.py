@@ -152,3 +152,34 @@ def test_a_master_answering_garbage_leaves_the_slaves_tables_as_they_were(make_b
     assert slave.topic_config_manager.to_json() == before
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 4 and all("could not copy" in w for w in warnings)
+
+
+def test_a_slave_restarted_while_its_master_is_away_still_hands_its_commits_back(
+        make_broker, handlers, serve, tmp_path):
+    master, slave = make_pair(make_broker, tmp_path)
+    master.topic_config_manager.update(TopicConfig(TOPIC, 4, 4))
+
+    async def commit_on_slave():
+        assert (await handlers(slave).ask(update_offset(42, 2))).code == 0
+        slave.consumer_offset_manager.persist()
+
+    asyncio.run(commit_on_slave())
+    asyncio.run(slave.shutdown(grace_s=1.0))
+    saved = orjson.loads((tmp_path / "slave" / "config" / "consumerOffset.json").read_bytes())
+    assert saved["offsetTable"][f"{TOPIC}@{GROUP}"] == {"2": 42}  # RocketMQ's part, as ever
+    again = make_broker(root=tmp_path / "slave", broker_role="SLAVE", broker_id=1)
+    assert again.consumer_offset_manager.local_commits == {(GROUP, TOPIC, 2): 42}
+
+    async def scenario():
+        async with serve(master):
+            again.role.learn_master(master.broker_address, None)
+            await again.slave_sync.sync_all()
+            assert master.consumer_offset_manager.query_offset(GROUP, TOPIC, 2) == 42
+            await again.slave_sync.sync_all()  # the master has it now: forgotten, and saved so
+        again.consumer_offset_manager.persist()
+        await again.remoting_client.close()
+
+    asyncio.run(scenario())
+    assert again.consumer_offset_manager.local_commits == {}
+    saved = orjson.loads((tmp_path / "slave" / "config" / "consumerOffset.json").read_bytes())
+    assert "tidemqLocalCommits" not in saved
