@@ -118,6 +118,18 @@ def test_find_a_message_by_key_with_its_body_and_trace(dev_cluster, browser, scr
     assert "Pub" in trace and "success" in trace and "ConsoleOrders" in trace
     screenshot("trace")
 
+    # by id (a client id needs its topic): straight to the message
+    browser.get(dev_cluster.console_url + "messages")
+    fill_and_submit(browser, "search-id", {"id": msg_id, "topic": "ConsoleOrders"})
+    assert "order-42" in text_of(browser, "message")
+    # by time range: both messages of the topic
+    browser.get(dev_cluster.console_url + "messages")
+    fill_and_submit(browser, "search-range", {"range_topic": "ConsoleOrders", "begin": "0",
+                                              "end": "now"})
+    rows = browser.find_elements(By.CSS_SELECTOR, "#results tr")
+    assert len(rows) == 3 and msg_id in text_of(browser, "results")  # a header, two messages
+    screenshot("search-by-time")
+
 
 def test_group_lag_falls_as_a_consumer_runs(dev_cluster, browser, screenshot) -> None:
     namesrv = dev_cluster.namesrv
