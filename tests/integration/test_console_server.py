@@ -1,11 +1,17 @@
-"""The web console against a broker with ACL on: it signs every request with the keys it
-was given, so an admin account's console creates a topic, and a console without keys
-shows the broker's refusal (a page naming it, status 502) instead of changing anything.
+"""The web console as a server: ``tidemq console`` runs, serves and stops; against a broker
+with ACL on it signs every request with the keys it was given, so an admin account's console
+creates a topic, and a console without keys shows the broker's refusal (a page naming it,
+status 502) instead of changing anything.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
+import signal
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -68,3 +74,36 @@ def test_console_signs_with_its_credentials(tidemq_cluster, tmp_path: Path) -> N
     assert refused[0] == 502 and "Unsigned" in refused[1] and 'id="error"' in refused[1]
     assert created[0] == 200 and "topic Signed saved on 1 broker(s)" in created[1]
     assert "Signed" in topics and "Unsigned" not in topics
+
+
+def test_tidemq_console_command_serves_and_stops(tidemq_cluster, tmp_path: Path) -> None:
+    """``tidemq console --port 0`` prints where it listens, serves pages, and stops cleanly
+    on SIGTERM."""
+    cluster = tidemq_cluster()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tidemq", "console", "-n", cluster.namesrv_addr, "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        line = process.stdout.readline()  # blocks until the console printed its URL
+        match = re.search(r"tidemq console: (http://127\.0\.0\.1:\d+/) \(read-only\)", line)
+        assert match, line + process.stderr.read()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(match.group(1) + "topics?system=1",
+                                            timeout=30) as page:
+                    html = page.read().decode()
+                break
+            except urllib.error.HTTPError as e:
+                e.close()
+                assert time.monotonic() < deadline, "the console never served the topics"
+                time.sleep(0.2)
+        assert "TBW102" in html and "read-only" in html
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+        process.stderr.close()
