@@ -205,6 +205,17 @@ def dispatch_fields(buffer: memoryview | bytes, position: int) -> DispatchFields
     )
 
 
+def queue_key(buffer: memoryview | bytes, position: int) -> tuple[str, int, int, int]:
+    """(topic, queue id, queue offset, sysflag) of a verified record, without its properties
+    (re-dispatch skips records the queues and the index already hold by these alone)."""
+    _, _, _, queue_id, _, queue_offset, _, sysflag = _HEAD.unpack_from(buffer, position)
+    prefix_size = record_size(0, 0, 0, sysflag) - 3
+    body_length = _INT32.unpack_from(buffer, position + prefix_size - 4)[0]
+    cursor = position + prefix_size + body_length
+    topic = str(buffer[cursor + 1 : cursor + 1 + buffer[cursor]], "utf-8", "replace")
+    return topic, queue_id, queue_offset, sysflag
+
+
 def read_store_timestamp(buffer: memoryview | bytes, position: int) -> int:
     """STORETIMESTAMP of the record at ``position`` (its position depends on SYSFLAG)."""
     sysflag = _INT32.unpack_from(buffer, position + POSITION_SYSFLAG)[0]
