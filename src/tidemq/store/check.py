@@ -121,7 +121,8 @@ def check_store(
         queue_ends = _check_consume_queues(queue_directory, commit_log, report)
         check_queue_ends(high_water, queue_ends, queue_directory, report.add)
         report.index_files, report.index_files_unchecked = check_index_files(
-            root_dir, commit_log, index_settings or IndexSettings(), report.add
+            root_dir, commit_log, index_settings or IndexSettings(), report.add,
+            high_water.last_keyed_offset,
         )
     finally:
         commit_log.queue.close()
@@ -195,7 +196,7 @@ def _check_segment(
         if inspection.kind is RecordKind.RECORD:
             report.records += 1
             report.record_bytes += inspection.size
-            high_water.add(buffer, position)
+            high_water.add(buffer, position, base + position)
             position += inspection.size
             end = position
             continue

@@ -44,6 +44,7 @@ _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
 _TRANSACTION_MASK = 0x0C
+_TRANSACTION_ROLLBACK = 0x0C
 _CHECKPOINT_INDEX_AT = 16
 
 
@@ -71,11 +72,16 @@ class QueueHighWater:
 
     def __init__(self) -> None:
         self.ends: dict[tuple[str, int], int] = {}
+        # Physical offset of the last record the index should hold (it has keys), or -1.
+        self.last_keyed_offset = -1
 
-    def add(self, buffer: memoryview, position: int) -> None:
+    def add(self, buffer: memoryview, position: int, physical_offset: int) -> None:
         """Take in the record at ``position`` (already verified)."""
         fields = dispatch_fields(buffer, position)
-        if fields.sysflag & _TRANSACTION_MASK not in QUEUED_TRANSACTION_TYPES:
+        transaction_type = fields.sysflag & _TRANSACTION_MASK
+        if transaction_type != _TRANSACTION_ROLLBACK and index_keys(fields.properties):
+            self.last_keyed_offset = physical_offset
+        if transaction_type not in QUEUED_TRANSACTION_TYPES:
             return
         key = (fields.topic, fields.queue_id)
         end = fields.queue_offset + 1
@@ -101,7 +107,8 @@ def check_queue_ends(
 
 
 def check_index_files(
-    root_dir: str, commit_log: CommitLog, settings: IndexSettings, add: AddProblem
+    root_dir: str, commit_log: CommitLog, settings: IndexSettings, add: AddProblem,
+    last_keyed_offset: int = -1,
 ) -> tuple[int, int]:
     """Check every index file under ``root_dir/index``; return (files checked, files whose
     layout is unknown: their size fits no settings given or inferable)."""
@@ -118,6 +125,7 @@ def check_index_files(
         return 0, len(names)
     size = index_file_size(*layout) if layout is not None else 0
     newest_end = 0
+    newest_end_offset = -1
     checked = 0
     for name in names:
         path = os.path.join(directory, name)
@@ -130,6 +138,12 @@ def check_index_files(
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             end = _check_index_file(path, data, commit_log, layout, add)  # type: ignore[arg-type]
             newest_end = max(newest_end, end)
+            if end:
+                newest_end_offset = max(newest_end_offset, _HEADER.unpack_from(data, 0)[3])
+    if last_keyed_offset > newest_end_offset:
+        add(directory, 0, f"the index ends at physical offset {newest_end_offset} but the "
+            f"commit log holds records with keys up to {last_keyed_offset}: an index file is "
+            "missing or damaged (a broker rebuilds it at start-up)")
     checkpoint_index = _checkpoint_index_time(root_dir)
     if checkpoint_index > newest_end:
         add(directory, 0, f"the index ends at store time {newest_end} but the checkpoint says "

@@ -9,7 +9,8 @@ in O(queues) plus O(segments) work, never a scan of the log:
   max offset to ``consumequeue/manifest.json``; a queue missing from disk, or holding fewer
   entries than it had then, lost files (queues only grow; deleting a topic rewrites the
   manifest, truncating the log drops it);
-- a zeroed segment: a segment before the last whose first or last entry is all zeros;
+- a missing segment between two others, or a zeroed one: a segment before the last whose
+  first or last entry is all zeros;
 - a gap found by re-dispatch after a crash: a record whose queue offset is past the queue's
   end (the entries between were lost).
 
@@ -23,6 +24,7 @@ belongs to it, reading only each record's queue id before parsing the few that m
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 from collections.abc import Collection, Sequence
@@ -96,9 +98,13 @@ def drop_manifest(queues: ConsumeQueueTable) -> None:
             os.unlink(path)
 
 
-def zeroed_segment_problem(queue: ConsumeQueue) -> str | None:
-    """Why a segment before the last looks zeroed (its first or last entry is zeros)."""
+def segment_problem(queue: ConsumeQueue) -> str | None:
+    """Why the queue's segments cannot be trusted: one missing between two others, or one
+    before the last that looks zeroed (its first or last entry is zeros); else None."""
     segments = queue.segments()
+    for before, after in itertools.pairwise(segments):
+        if after.file_from_offset != before.file_from_offset + before.file_size:
+            return f"the segment after {before.describe()} is missing"
     for mapped in segments[:-1]:
         buffer = mapped.buffer
         last = mapped.file_size - ENTRY_SIZE

@@ -129,7 +129,7 @@ def recover(
         key = (queue.topic, queue.queue_id)
         if key in reasons:
             continue
-        problem = rebuild.zeroed_segment_problem(queue)
+        problem = rebuild.segment_problem(queue)
         if problem is None and manifest.get(key, 0) > queue.max_offset:
             problem = (
                 f"it holds entries up to offset {queue.max_offset} but held "
