@@ -110,7 +110,7 @@ def test_entries_whose_records_are_gone_read_as_message_was_removing(store):
     assert store.get_messages(TOPIC, 1, 0, 32, 1 << 20).message_count == 3
 
 
-def test_missing_queue_segment_reads_as_offset_found_null(config):
+def test_missing_queue_segment_is_rebuilt_at_open_and_reads_again(config):
     store = FileMessageStore(config)
     fill(store, 250)  # queue segments at entries 0, 100, 200
     store.close()
@@ -118,8 +118,9 @@ def test_missing_queue_segment_reads_as_offset_found_null(config):
     os.unlink(os.path.join(queue_dir, str(100 * 20).zfill(20)))
     store = FileMessageStore(config)
     try:
+        assert (TOPIC, 0) in store.recovery_report.rebuilt_queues
         result = store.get_messages(TOPIC, 0, 150, 32, 1 << 20)
-        assert (result.status, result.next_begin_offset) == (GetStatus.OFFSET_FOUND_NULL, 200)
+        assert (result.status, result.next_begin_offset) == (GetStatus.FOUND, 182)
         assert store.get_messages(TOPIC, 0, 200, 32, 1 << 20).status is GetStatus.FOUND
     finally:
         store.close()
