@@ -292,3 +292,42 @@ def test_sync_master_answers_ok_timeout_or_not_available_as_the_slave_behaves():
             await replication.stop()
 
     asyncio.run(main())
+
+
+def test_caught_up_fell_behind_and_back_in_sync_are_logged_once_each(caplog):
+    async def main() -> None:
+        master = new_store()
+        put_some(master, random.Random(4), 5)
+        service = HAService(master, "127.0.0.1", 0,
+                            HASettings(max_gap_not_in_sync=1024, heartbeat_interval_s=0.2,
+                                       housekeeping_interval_s=5.0), "broker-a")
+        await service.start()
+        try:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
+            start = master.commit_log_max_offset()
+            for _ in range(3):  # reports of the same offset: one "caught up"
+                writer.write(encode_report(start))
+                await writer.drain()
+            await until(lambda: service.connections and service.connections[0].in_sync,
+                        "in sync")
+            put_some(master, random.Random(5), 10)  # far more than the 1 KiB gap
+            for _ in range(3):
+                writer.write(encode_report(start))
+                await writer.drain()
+            await until(lambda: not service.connections[0].in_sync, "fell behind")
+            end = master.commit_log_max_offset()
+            for _ in range(3):
+                writer.write(encode_report(end))
+                await writer.drain()
+            await until(lambda: service.connections[0].in_sync, "back in sync")
+            writer.close()
+        finally:
+            await service.stop()
+
+    with caplog.at_level(logging.INFO, logger="tidemq.broker.ha"):
+        asyncio.run(main())
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("caught up" in m for m in messages) == 1, messages
+    assert sum("fell behind" in m for m in messages) == 1, messages
+    assert sum("back in sync" in m for m in messages) == 1, messages
+    assert sum("connected to broker" in m for m in messages) == 1, messages
