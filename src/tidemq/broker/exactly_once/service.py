@@ -109,7 +109,7 @@ from tidemq.broker.exactly_once.records import (
     eos_committed_message,
     eos_identity,
 )
-from tidemq.broker.transaction.end_writer import EndAnswer
+from tidemq.broker.transaction.end_writer import NOT_CONFIRMED_CODES, EndAnswer
 from tidemq.broker.transaction.prepared_ranges import CommittedCopies, PreparedRange
 from tidemq.broker.transaction.records import (
     HALF_QUEUE_ID,
@@ -217,6 +217,9 @@ class EosAnswer:
             "alreadyCommitted": "true" if self.already_committed else "false",
             "rolledBackCount": str(self.rolled_back_count),
         }
+
+
+_NOT_CONFIRMED = frozenset(NOT_CONFIRMED_CODES.values())
 
 
 def parse_batch_request(ext_fields: dict[str, str] | None, body: bytes | None) -> EosBatch:
@@ -417,7 +420,7 @@ class ExactlyOnceService:
             await asyncio.shield(running)  # the same batch is being committed: wait for it
         decision = self.decisions.get(*key)
         if decision is not None:
-            return self._replayed(batch, decision)
+            return await self._confirmed(batch, self._replayed(batch, decision))
         started = time.monotonic()
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._deciding[key] = done
@@ -451,7 +454,25 @@ class ExactlyOnceService:
         log.info("exactly-once batch %d of query %s committed: %d messages from %d writers "
                  "in %.0f ms", batch.batch_id, batch.query_id, decision.count,
                  len(batch.writers), (time.monotonic() - started) * 1000)
-        return EosAnswer(ResponseCode.SUCCESS, remark, committed_count=decision.count)
+        return await self._confirmed(
+            batch, EosAnswer(ResponseCode.SUCCESS, remark, committed_count=decision.count))
+
+    async def _confirmed(self, batch: EosBatch, answer: EosAnswer) -> EosAnswer:
+        """``answer`` once the committed copies are on disk (SYNC_FLUSH) and on a slave
+        (SYNC_MASTER); else the batch stays committed on this master (its decision holds)
+        and the answer says FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE,
+        so a sink does not take the batch for safe (docs/operations.md)."""
+        status = await self._service.writer.stored_status()
+        if status is PutStatus.PUT_OK:
+            return answer
+        return replace(
+            answer, code=NOT_CONFIRMED_CODES.get(status, ResponseCode.FLUSH_SLAVE_TIMEOUT),
+            remark=(f"batch {batch.batch_id} of query {batch.query_id} is committed on this "
+                    f"master ({answer.committed_count} messages) but not confirmed: "
+                    f"{status.value} (a slave or the disk did not acknowledge the committed "
+                    "messages within syncFlushTimeout); they may be lost with this master's "
+                    "disk. A repeated commit is answered again once they are confirmed"),
+        )
 
     def _replayed(self, batch: EosBatch, decision: BatchDecision) -> EosAnswer:
         """A commit of a decided batch: roll back the halves of writers the decision lacks."""
@@ -605,7 +626,8 @@ class ExactlyOnceService:
         service.writer.flush()  # write the last chunk now rather than on the next turn
         if answers:
             for answer in await asyncio.gather(*answers):
-                if answer.code != ResponseCode.SUCCESS:
+                # Stored but not confirmed by the disk / a slave is stored: commit answers that.
+                if answer.code != ResponseCode.SUCCESS and answer.code not in _NOT_CONFIRMED:
                     failed += 1
         if not failed:
             self.decisions.mark_applied(decision)

@@ -19,6 +19,17 @@ checked after transactionCheckInterval) and answers the END_TRANSACTION with the
 failure. An op record the store refuses is logged; the end holds in memory, and after a
 restart the half is checked again, where the index guard (service.py) finds a commit.
 
+*Durability.* Under SYNC_FLUSH, and on a SYNC_MASTER, the commits of one flush are answered
+once the writer's last put (their op record, after their committed copies) is on disk and
+a slave acknowledged its end: one wait per flush, however many commits it holds (the flush
+and the slave waits are group-committed themselves; ``ReplicationRole.stored_status``), run
+in a task so the loop never blocks. When the disk or the slave does not confirm in time the
+commit still stands on the master (the half is ended) but is answered FLUSH_DISK_TIMEOUT,
+FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE with a remark saying so, not SUCCESS
+(docs/operations.md, "Transactions and exactly-once commits under SYNC_MASTER"). Rollbacks
+store no message and are answered at once. ``stored_status`` gives the exactly-once commit
+the same wait.
+
 The caller awaits the returned future for the answer (a oneway END_TRANSACTION's is
 dropped). ``flush`` writes what is queued at once. The service calls it before taking a
 checkpoint and at shutdown, so a checkpoint never counts an end whose records are not in the
@@ -64,6 +75,18 @@ BATCH_MESSAGES_MAX = 256
 BATCH_BYTES_MAX = 1024 * 1024
 
 STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT})
+# A stored commit the disk or a slave did not confirm: answered with the send's code.
+NOT_CONFIRMED_CODES = {
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+}
+_NOT_CONFIRMED_WHY = {
+    PutStatus.FLUSH_DISK_TIMEOUT: "was not flushed to disk within syncFlushTimeout",
+    PutStatus.FLUSH_SLAVE_TIMEOUT: "no slave acknowledged it within syncFlushTimeout",
+    PutStatus.SLAVE_NOT_AVAILABLE: ("no slave is in sync (none connected, or each further "
+                                    "behind than haMaxGapNotInSync)"),
+}
 _FAILED_PUT_CODES = {
     PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
     PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
@@ -112,6 +135,16 @@ class EndWriterHost(Protocol):
         """Undo the end of a half whose commit could not be stored."""
         ...
 
+    @property
+    def waits_for_slaves(self) -> bool:
+        """True on a SYNC_MASTER: a commit is confirmed once a slave holds it."""
+        ...
+
+    async def stored_status(self, result: PutResult) -> PutStatus:
+        """PUT_OK once ``result`` is on disk (SYNC_FLUSH) and on a slave (SYNC_MASTER);
+        else FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE."""
+        ...
+
 
 class EndWriter:
     """Queues ends of halves and writes them in batches (module docstring).
@@ -126,6 +159,9 @@ class EndWriter:
         self._queued: list[_QueuedEnd] = []
         self._answers: dict[int, asyncio.Future[EndAnswer]] = {}  # by half offset, queued ones
         self._flush_scheduled = False
+        # The last put this writer stored (the highest commit-log end of its writes).
+        self._last_put: PutResult | None = None
+        self._waits: set[asyncio.Task[None]] = set()  # commits waiting for disk / slave
 
     def queued_answer(self, half_offset: int) -> asyncio.Future[EndAnswer] | None:
         """The answer future of the half's end when it is queued and not written yet."""
@@ -191,6 +227,7 @@ class EndWriter:
             self._count(result.status, len(bodies), result.wrote_bytes, started)
             if result.status not in STORED:
                 return stored, result
+            self._last_put = result
             stored += len(bodies)
         return stored, None
 
@@ -209,14 +246,36 @@ class EndWriter:
         self._answers.clear()
         try:
             self._write(queued)
-        finally:
-            for end in queued:  # only if writing failed unexpectedly: nobody may wait forever
+        except BaseException:
+            for end in queued:  # writing failed unexpectedly: nobody may wait forever
                 if not end.answer.done():
                     end.answer.set_result(EndAnswer(
                         ResponseCode.SYSTEM_ERROR,
                         f"ending half offset {end.half.queue_offset} failed unexpectedly; see "
                         "the broker log",
                     ))
+            raise
+
+    async def stored_status(self) -> PutStatus:
+        """Whether everything this writer stored so far is on disk (SYNC_FLUSH) and on a
+        slave (SYNC_MASTER): its last put's status (module docstring, *Durability*). With no
+        put of its own yet (a replayed commit after a restart), the slave wait covers the
+        whole commit log as it is now."""
+        last = self._last_put
+        if last is None:
+            end = self._service.store.commit_log_max_offset()
+            last = PutResult(PutStatus.PUT_OK, physical_offset=end, wrote_bytes=0)
+        if last.durable is None and not self._service.waits_for_slaves:
+            return PutStatus.PUT_OK
+        return await self._service.stored_status(last)
+
+    async def cancel_waits(self) -> None:
+        """Stop waiting for the disk and slaves (shutdown); the commits still waiting are
+        answered FLUSH_SLAVE_TIMEOUT (stored on the master, not confirmed)."""
+        waits = list(self._waits)
+        for task in waits:
+            task.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
 
     def _write(self, queued: list[_QueuedEnd]) -> None:
         stored = self._store_committed(queued)
@@ -229,9 +288,37 @@ class EndWriter:
                                 transaction_id_of(properties))
             elif halves:
                 self._write_ops(outcome, [half.queue_offset for half in halves])
+        commits = [end for end in stored if end.outcome is Outcome.COMMIT]
+        last = self._last_put
+        waiting: list[_QueuedEnd] = []
+        if commits and last is not None and (last.durable is not None
+                                             or self._service.waits_for_slaves):
+            # One wait for the whole flush: its last put ends after every copy it stored.
+            waiting = commits
+            task = asyncio.get_running_loop().create_task(
+                self._answer_when_stored(commits, last), name="end-transaction-durable")
+            self._waits.add(task)
+            task.add_done_callback(self._waits.discard)
+        answered_later = {id(end) for end in waiting}
         for end in stored:
-            if not end.answer.done():
+            if id(end) not in answered_later and not end.answer.done():
                 end.answer.set_result(SUCCESS)
+
+    async def _answer_when_stored(self, commits: list[_QueuedEnd], last: PutResult) -> None:
+        try:
+            status = await self._service.stored_status(last)
+        except asyncio.CancelledError:
+            status = PutStatus.FLUSH_SLAVE_TIMEOUT  # shutting down: not confirmed
+            raise
+        except Exception:
+            log.exception("waiting for the disk / a slave to confirm %d commits failed",
+                          len(commits))
+            status = PutStatus.FLUSH_SLAVE_TIMEOUT
+        finally:
+            answer = SUCCESS if status is PutStatus.PUT_OK else None
+            for end in commits:
+                if not end.answer.done():
+                    end.answer.set_result(answer or _not_confirmed(end, status))
 
     def _store_committed(self, queued: list[_QueuedEnd]) -> list[_QueuedEnd]:
         """Put the committed messages; returns the ends that hold (rollbacks and commits
@@ -251,6 +338,7 @@ class EndWriter:
         results = store.put_message_group(messages)
         stored = [result for result in results if result.status in STORED]
         if stored:
+            self._last_put = max(stored, key=_end_of)
             self._count(PutStatus.PUT_OK, len(stored),
                         sum(result.wrote_bytes for result in stored), started)
         if len(stored) == len(messages):
@@ -289,6 +377,7 @@ class EndWriter:
         service.ensure_topic(OP_TOPIC)
         result = service.store.put_message(op_message(offsets, outcome, group, transaction_id))
         if result.status in STORED:
+            self._last_put = result
             return result.queue_offset
         log.error(
             "op record ending half offsets %s (%s) could not be stored: %s %s; the ends hold "
@@ -353,6 +442,23 @@ def _bounded_message_batches(messages: list[StoreMessage]) -> Iterator[list[Stor
         size += length
     if batch:
         yield batch
+
+
+def _end_of(result: PutResult) -> int:
+    return result.physical_offset + result.wrote_bytes
+
+
+def _not_confirmed(end: _QueuedEnd, status: PutStatus) -> EndAnswer:
+    """The answer to a commit stored on the master that the disk or a slave did not confirm."""
+    message = end.committed
+    topic = message.topic if message is not None else "?"
+    why = _NOT_CONFIRMED_WHY.get(status, status.value)
+    return EndAnswer(
+        NOT_CONFIRMED_CODES.get(status, ResponseCode.FLUSH_SLAVE_TIMEOUT),
+        f"the commit of half offset {end.half.queue_offset} (topic {topic}) is stored on this "
+        f"master and the half is ended, but {why}; the committed message may be lost with "
+        "this master's disk (check the slave: tidemq admin brokerStatus)",
+    )
 
 
 def _refusal(topic: str, status: PutStatus, remark: str) -> EndAnswer:

@@ -125,7 +125,7 @@ from tidemq.protocol.message import (
     decode_record,
     iter_records,
 )
-from tidemq.store.interface import GetStatus, StoreMessage
+from tidemq.store.interface import GetStatus, PutResult, PutStatus, StoreMessage
 
 if TYPE_CHECKING:
     from tidemq.broker.client_manager import ClientChannel, ProducerManager
@@ -248,6 +248,16 @@ class TransactionService:
         """True on a slave broker (no transaction state; END_TRANSACTION is refused)."""
         return self._role.is_slave
 
+    @property
+    def waits_for_slaves(self) -> bool:
+        """True on a SYNC_MASTER with its HA service: commits wait for a slave."""
+        replication = self._role.replication
+        return replication is not None and replication.waits_for_slaves
+
+    async def stored_status(self, result: PutResult) -> PutStatus:
+        """``result`` on disk (SYNC_FLUSH) and on a slave (SYNC_MASTER), as a send waits."""
+        return await self._role.stored_status(result, True)
+
     async def start(self) -> None:
         """Restore the progress (in a worker thread), then start the check and persist tasks."""
         if self._started:
@@ -275,6 +285,7 @@ class TransactionService:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._started and not self.is_slave:
             await self.persist()
+        await self.writer.cancel_waits()
 
     async def ready(self) -> None:
         """Wait until the progress is restored (END_TRANSACTION waits for this).
