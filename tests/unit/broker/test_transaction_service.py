@@ -34,6 +34,7 @@ from tidemq.protocol.message import (
 )
 from tidemq.protocol.msgid import decode_offset_msg_id
 from tidemq.remoting.client import RemotingClient
+from tidemq.store.interface import PutStatus
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
@@ -586,3 +587,50 @@ def test_end_transactions_of_one_read_are_answered_each_and_committed_together(b
     assert [r.code if r is not None else None for r in responses] == [
         ResponseCode.SUCCESS, ResponseCode.SUCCESS, ResponseCode.SUCCESS]
     assert sorted(m.body for m in stored_anywhere(broker, TOPIC)) == [b"a", b"b"]
+
+
+def test_commits_on_a_sync_master_wait_once_per_flush_and_say_when_no_slave_confirmed(
+        broker, handlers, monkeypatch):
+    """SYNC_MASTER (end_writer.py, *Durability*): the commits written together share one
+    wait; a commit no slave confirmed stands but is answered SLAVE_NOT_AVAILABLE, a rollback
+    at once; once a slave confirms, commits are answered SUCCESS."""
+    table = handlers(broker)
+    service = broker.transaction_service
+    asked: list[int] = []  # the end offset each wait covers
+    verdict = {"status": PutStatus.SLAVE_NOT_AVAILABLE}
+
+    async def stored_status(result):
+        asked.append(result.physical_offset + result.wrote_bytes)
+        await asyncio.sleep(0)
+        return verdict["status"]
+
+    monkeypatch.setattr(type(service), "waits_for_slaves", property(lambda _self: True))
+    monkeypatch.setattr(service, "stored_status", stored_status)
+
+    async def scenario(prefix: str, count: int):
+        halves = [half_of(await table.ask(half_request(f"{prefix}{n}".encode(),
+                                                        queue_id=n % 4)))
+                  for n in range(count)]
+        kinds = [ROLLBACK if n % 5 == 0 else COMMIT for n in range(count)]
+        answers = await asyncio.gather(*(table.ask(half.end(kind))
+                                         for half, kind in zip(halves, kinds, strict=True)))
+        return halves, kinds, answers
+
+    halves, kinds, answers = run(scenario("a", 30))
+    for kind, answer in zip(kinds, answers, strict=True):
+        if kind == ROLLBACK:
+            assert answer.code == ResponseCode.SUCCESS
+        else:
+            assert answer.code == ResponseCode.SLAVE_NOT_AVAILABLE
+            assert "stored on this master and the half is ended" in answer.remark
+    assert 1 <= len(asked) < 24  # one wait per flush, not one per commit
+    assert asked[-1] == broker.store.commit_log_max_offset()  # the op record's end
+    committed = sorted(m.body for m in stored_anywhere(broker, TOPIC))
+    assert committed == sorted(f"a{n}".encode() for n in range(30) if kinds[n] == COMMIT)
+    for half, kind in zip(halves, kinds, strict=True):  # ended on the master all the same
+        expected = Outcome.COMMIT if kind == COMMIT else Outcome.ROLLBACK
+        assert service.outcome(half.queue_offset) == (True, expected)
+
+    verdict["status"] = PutStatus.PUT_OK
+    _, _, answers = run(scenario("b", 10))
+    assert {answer.code for answer in answers} == {ResponseCode.SUCCESS}
