@@ -23,6 +23,8 @@ from tidemq.protocol.message import (
     BLANK_MAGIC,
     MAGIC_V1,
     POSITION_SYSFLAG,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
     decode_properties,
     record_size,
     store_timestamp_position,
@@ -137,6 +139,44 @@ def inspect_record(
                 problem=f"body CRC is {actual:#010x} but the record says {crc:#010x}",
             )
     return Inspection(RecordKind.RECORD, total)
+
+
+_PREFIX_IPV4 = record_size(0, 0, 0) - 3  # up to and with BODYLENGTH, IPv4 hosts
+_HOSTS_V6 = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+
+
+def valid_record_size(
+    buffer: memoryview | bytes, position: int, limit: int, physical_offset: int, check_crc: bool
+) -> int:
+    """The size of the whole, valid record at ``position`` (what ``inspect_record`` calls a
+    RECORD), or 0 when there is none or it is not the common kind (IPv4 hosts): the caller
+    then asks ``inspect_record``. Recovery's scan runs this once per record, so it reads the
+    header with one unpack and skips the verdict object."""
+    if limit - position < _MIN_RECORD_SIZE:
+        return 0
+    total, magic, crc, _, _, _, stored_offset, sysflag = _HEAD.unpack_from(buffer, position)
+    if (
+        magic != MAGIC_V1
+        or stored_offset != physical_offset
+        or sysflag & _HOSTS_V6
+        or total < _MIN_RECORD_SIZE
+        or total > limit - position
+    ):
+        return 0
+    body_start = position + _PREFIX_IPV4
+    body_length = _INT32.unpack_from(buffer, body_start - 4)[0]
+    cursor = body_start + body_length
+    end = position + total
+    if body_length < 0 or cursor + 3 > end:
+        return 0
+    properties_at = cursor + 1 + buffer[cursor]
+    if properties_at + 2 > end or (
+        properties_at + 2 + _INT16.unpack_from(buffer, properties_at)[0] != end
+    ):
+        return 0
+    if check_crc and zlib.crc32(buffer[body_start:cursor]) & 0x7FFFFFFF != crc:
+        return 0
+    return total
 
 
 @dataclass(slots=True)

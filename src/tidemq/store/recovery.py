@@ -55,6 +55,7 @@ from tidemq.store.record_check import (
     inspect_record,
     queue_key,
     read_store_timestamp,
+    valid_record_size,
 )
 from tidemq.store.record_encoder import QUEUED_TRANSACTION_TYPES
 
@@ -275,6 +276,11 @@ def _scan_segment(
     last_record = -1
     problem = ""
     while True:
+        size = valid_record_size(buffer, position, file_size, base + position, check_crc)
+        if size:  # the common record, checked in one go
+            last_record = position
+            position += size
+            continue
         inspection = inspect_record(buffer, position, file_size, base + position, check_crc)
         if inspection.kind is RecordKind.RECORD:
             last_record = position
