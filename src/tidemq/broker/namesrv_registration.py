@@ -207,13 +207,29 @@ class NameServerRegistration:
             As ``register_all``.
         """
         addresses = self.namesrv_addresses
-        wanted = set(topics)
-        if self._changed_topics is not None:
-            self._changed_topics -= wanted  # this round carries them
         if not addresses:
+            if self._changed_topics is not None:
+                self._changed_topics -= set(topics)
             return {}
         async with self._round_lock:
-            return await self._register_round(addresses, self.register_body(wanted))
+            if self._changed_topics is None:
+                # A whole table is due (a removal, or a name server missed an increment):
+                # send it now, it carries ``topics`` too.
+                self._wake.clear()
+                self._changed_topics = set()
+                return await self._register_round(addresses, self.register_body())
+            # The body carries the table's current DataVersion, and a name server skips a
+            # later body of the same version as unchanged. So this round takes every topic
+            # changed so far, not only ``topics``: a topic created while this round waited
+            # for the lock would otherwise reach the name servers only in a body they skip.
+            wanted = set(topics) | self._changed_topics
+            self._changed_topics = set()
+            results = await self._register_round(addresses, self.register_body(wanted))
+            if not all(results.values()):
+                # A name server that missed this increment would take the next one's newer
+                # version as proof it holds these topics; a whole table puts it right.
+                self.trigger()
+            return results
 
     async def _register_round(self, addresses: list[str], body: bytes) -> dict[str, bool]:
         identity = self._identity

@@ -281,6 +281,49 @@ def test_topics_become_routable_through_a_real_name_server(make_broker, handlers
     assert gone.code == ResponseCode.TOPIC_NOT_EXIST  # unregistered at shutdown
 
 
+def test_topics_created_together_all_reach_a_real_name_server(make_broker):
+    """Increments built while other topics were being created carry the table's newest
+    DataVersion; each must carry every topic changed so far, or the name server skips the
+    later ones as unchanged and their routes never appear."""
+    from tidemq.namesrv.config import NamesrvConfig
+    from tidemq.namesrv.controller import NamesrvController
+    from tidemq.remoting.client import RemotingClient
+
+    names = [f"Together{i}" for i in range(40)]
+
+    async def scenario():
+        namesrv = NamesrvController(NamesrvConfig(listen_port=0))
+        await namesrv.start()
+        client = RemotingClient()
+        try:
+            broker = make_broker(namesrv_addr=namesrv.address, broker_name="broker-t")
+            await broker.start()
+            try:
+                # Without the periodic task, whose own round could carry them all by luck:
+                # the admin path's rounds alone, as when creates arrive while rounds are in
+                # flight.
+                await broker.registration.stop()
+                for name in names:  # each create bumps the version before any round runs
+                    broker.topic_config_manager.update(TopicConfig(name, 1, 1))
+                outcomes = [await broker.registration.register_topics([name])
+                            for name in names]
+                codes = {}
+                for name in names:  # every round was answered: no waiting needed
+                    request = RemotingCommand.request(
+                        RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": name})
+                    codes[name] = (await client.invoke(namesrv.address, request)).code
+                return outcomes, codes
+            finally:
+                await broker.shutdown(grace_s=1.0)
+        finally:
+            await client.close()
+            await namesrv.shutdown(grace_s=1.0)
+
+    outcomes, codes = asyncio.run(scenario())
+    assert all(all(outcome.values()) for outcome in outcomes)
+    assert [name for name, code in codes.items() if code != ResponseCode.SUCCESS] == []
+
+
 def test_topics_json_is_written_in_the_background_and_at_shutdown(make_broker, tmp_path):
     root = tmp_path / "store"
     topics_file = root / "config" / "topics.json"
