@@ -155,6 +155,7 @@ class ReferenceCluster:
     settings: dict[str, str] = field(default_factory=dict)
     namesrv_port: int = 0
     broker_port: int = 0
+    heap_mb: int = 256
 
     @property
     def namesrv_addr(self) -> str:
@@ -172,14 +173,16 @@ class ReferenceCluster:
         return Path(self.settings["storePathRootDir"])
 
     def start(self, broker_settings: Mapping[str, object] | None = None,
-              store_dir: Path | None = None) -> ReferenceCluster:
+              store_dir: Path | None = None, heap_mb: int = 256) -> ReferenceCluster:
         """Start the name server, then the broker registered with it; returns self.
 
         Args:
             broker_settings: broker.conf keys over REFERENCE_BROKER_SETTINGS.
             store_dir: the storePathRootDir (default: ``workdir/broker/store``), for example
                 a store tidemq wrote.
+            heap_mb: the broker JVM's heap (and direct memory) in MiB.
         """
+        self.heap_mb = heap_mb
         home = self.workdir / "namesrv"
         _write_home(home, "namesrv")
         self.namesrv_port = free_port()
@@ -207,7 +210,8 @@ class ReferenceCluster:
         self.settings["listenPort"] = str(self.broker_port)
         _write_properties(home / "broker.conf", self.settings)
         self.broker = JavaServer("broker", home, "org.apache.rocketmq.broker.BrokerStartup",
-                                 ["-c", str(home / "broker.conf")], BROKER_READY)
+                                 ["-c", str(home / "broker.conf")], BROKER_READY,
+                                 self.heap_mb)
         self.broker.start()
 
     def stop_broker(self) -> int | None:
