@@ -20,7 +20,7 @@ from typing import Any
 
 from tidemq.errors import ConfigError
 from tidemq.limits import topic_name_problem
-from tidemq.remoting.tls import ServerTls, server_tls_of
+from tidemq.server_security import ServerSecurityConfig
 from tidemq.store.config import DEFAULT_MESSAGE_DELAY_LEVEL
 
 # PermName bits (docs/protocol.md §11.2).
@@ -54,8 +54,13 @@ def _key(name: str, **extra: Any) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
-class BrokerConfig:
+class BrokerConfig(ServerSecurityConfig):
     """Settings of one broker; field metadata gives RocketMQ's key for each.
+
+    The ACL and TLS keys are ``ServerSecurityConfig``'s, shared with the name server.
+
+    Attributes:
+        acl_enable: RocketMQ's aclEnable: every request is checked against plain_acl.yml (acl/).
 
     Raises:
         ConfigError: a value is out of range or inconsistent; the message names the key.
@@ -169,31 +174,6 @@ class BrokerConfig:
         default=256 * 1024 * 1024, metadata=_key("exactlyOnceCommitCacheBytes", min=0)
     )
 
-    # -- security (docs/security.md) -----------------------------------------------------------
-    # RocketMQ's aclEnable: every request is checked against plain_acl.yml (acl/).
-    acl_enable: bool = field(default=False, metadata={"key": "aclEnable"})
-    # The ACL file. Unset: $ROCKETMQ_HOME/conf/plain_acl.yml (RocketMQ's place), else
-    # plain_acl.yml beside the config file given with -c, else conf/plain_acl.yml under the
-    # working directory.
-    acl_file_path: str | None = field(default=None, metadata={"key": "aclFilePath"})
-    # TLS on the remoting port (RocketMQ's tls.server.* settings, also accepted by those names).
-    tls_enable: bool = field(default=False, metadata={"key": "tlsEnable",
-                                                      "aliases": ("tls.enable",)})
-    tls_server_mode: str | None = field(default=None, metadata={
-        "key": "tlsServerMode", "aliases": ("tls.server.mode",),
-        "choices": ("disabled", "permissive", "enforcing")})
-    tls_server_cert_path: str | None = field(default=None, metadata={
-        "key": "tlsServerCertPath", "aliases": ("tls.server.certPath",)})
-    tls_server_key_path: str | None = field(default=None, metadata={
-        "key": "tlsServerKeyPath", "aliases": ("tls.server.keyPath",)})
-    tls_server_key_password: str | None = field(default=None, repr=False, metadata={
-        "key": "tlsServerKeyPassword", "aliases": ("tls.server.keyPassword",)})
-    tls_server_need_client_auth: str | None = field(default=None, metadata={
-        "key": "tlsServerNeedClientAuth", "aliases": ("tls.server.needClientAuth",),
-        "choices": ("none", "optional", "require")})
-    tls_server_trust_cert_path: str | None = field(default=None, metadata={
-        "key": "tlsServerTrustCertPath", "aliases": ("tls.server.trustCertPath",)})
-
     # Prometheus metrics (RocketMQ 5's keys): PROM serves /metrics on
     # metricsPromExporterHost:metricsPromExporterPort (host empty: brokerIP1); DISABLE (the
     # default) serves nothing. docs/monitoring.md lists the metrics.
@@ -241,15 +221,7 @@ class BrokerConfig:
                             "give name servers as 'host:9876;host2:9876'"
                         )
         self.delay_level_count()  # validates message_delay_level
-        self.server_tls(load=False)  # validates the tls* keys
-
-    def server_tls(self, *, load: bool = True) -> ServerTls:
-        """The TLS mode and context of the remoting port (``tidemq.remoting.tls``).
-
-        Raises:
-            ConfigError: the tls* keys contradict each other or name files that do not load.
-        """
-        return server_tls_of(self, load=load)
+        self.server_tls(load=False)  # validates the tls* keys (ServerSecurityConfig)
 
     # -- derived values --------------------------------------------------------------------
 

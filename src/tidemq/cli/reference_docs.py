@@ -235,20 +235,24 @@ def _docstring_attributes(cls: type) -> dict[str, str]:
 
 
 def _field_comments(cls: type) -> dict[str, str]:
-    """The comment lines written right above each field of the class body."""
+    """The comment lines written right above each field of the class body or of a config
+    dataclass it inherits from (``ServerSecurityConfig``); the class's own comments win."""
     found: dict[str, str] = {}
-    pending: list[str] = []
-    for line in inspect.getsource(cls).splitlines():
-        stripped = line.strip()
-        if stripped.startswith("# --"):
-            pending = []
-        elif stripped.startswith("#"):
-            pending.append(stripped.lstrip("#").strip())
-        else:
-            match = re.match(r"([a-z_0-9]+)\s*:", stripped)
-            if match and pending:
-                found[match.group(1)] = " ".join(pending)
-            pending = []
+    for owner in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(owner):
+            continue
+        pending: list[str] = []
+        for line in inspect.getsource(owner).splitlines():
+            stripped = line.strip()
+            if stripped.startswith("# --"):
+                pending = []
+            elif stripped.startswith("#"):
+                pending.append(stripped.lstrip("#").strip())
+            else:
+                match = re.match(r"([a-z_0-9]+)\s*:", stripped)
+                if match and pending:
+                    found[match.group(1)] = " ".join(pending)
+                pending = []
     return found
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tidemq.remoting.tls import ServerTls, server_tls_of
+from tidemq.server_security import ServerSecurityConfig
 
 
 @dataclass(slots=True)
-class NamesrvConfig:
+class NamesrvConfig(ServerSecurityConfig):
     """Settings of one name server.
 
     Attributes:
@@ -32,6 +32,11 @@ class NamesrvConfig:
             table also drops topics it no longer lists (RocketMQ 5's option; off as in 4.x,
             where brokers may send only the topics that changed).
         server_channel_max_idle_time_seconds: close a connection idle this long.
+        acl_enable: RocketMQ's aclEnable: a name server checks its write operations (KV
+            config, topic deletion, broker write permission) against plain_acl.yml; reads
+            stay open, as in RocketMQ.
+
+    The ACL and TLS keys are ``ServerSecurityConfig``'s, shared with the broker.
     """
 
     listen_port: int = field(default=9876, metadata={"key": "listenPort", "min": 0,
@@ -62,40 +67,3 @@ class NamesrvConfig:
         "key": "metricsPromExporterHost"})
     metrics_prom_exporter_port: int = field(default=5557, metadata={
         "key": "metricsPromExporterPort", "min": 0, "max": 65535})
-
-    # -- security (docs/security.md) -----------------------------------------------------------
-    # RocketMQ's aclEnable: a name server checks its write operations (KV config, topic deletion,
-    # broker write permission) against plain_acl.yml; reads stay open, as in RocketMQ.
-    acl_enable: bool = field(default=False, metadata={"key": "aclEnable"})
-    # The ACL file. Unset: $ROCKETMQ_HOME/conf/plain_acl.yml (RocketMQ's place), else
-    # plain_acl.yml beside the config file given with -c, else conf/plain_acl.yml under the
-    # working directory.
-    acl_file_path: str | None = field(default=None, metadata={"key": "aclFilePath"})
-    # TLS on the remoting port (RocketMQ's tls.server.* settings, also accepted by those names).
-    tls_enable: bool = field(default=False, metadata={"key": "tlsEnable",
-                                                      "aliases": ("tls.enable",)})
-    tls_server_mode: str | None = field(default=None, metadata={
-        "key": "tlsServerMode", "aliases": ("tls.server.mode",),
-        "choices": ("disabled", "permissive", "enforcing")})
-    tls_server_cert_path: str | None = field(default=None, metadata={
-        "key": "tlsServerCertPath", "aliases": ("tls.server.certPath",)})
-    tls_server_key_path: str | None = field(default=None, metadata={
-        "key": "tlsServerKeyPath", "aliases": ("tls.server.keyPath",)})
-    tls_server_key_password: str | None = field(default=None, repr=False, metadata={
-        "key": "tlsServerKeyPassword", "aliases": ("tls.server.keyPassword",)})
-    tls_server_need_client_auth: str | None = field(default=None, metadata={
-        "key": "tlsServerNeedClientAuth", "aliases": ("tls.server.needClientAuth",),
-        "choices": ("none", "optional", "require")})
-    tls_server_trust_cert_path: str | None = field(default=None, metadata={
-        "key": "tlsServerTrustCertPath", "aliases": ("tls.server.trustCertPath",)})
-
-    def __post_init__(self) -> None:
-        self.server_tls(load=False)  # validates the tls* keys
-
-    def server_tls(self, *, load: bool = True) -> ServerTls:
-        """The TLS mode and context of the listening port (``tidemq.remoting.tls``).
-
-        Raises:
-            ConfigError: the tls* keys contradict each other or name files that do not load.
-        """
-        return server_tls_of(self, load=load)
