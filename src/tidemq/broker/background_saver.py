@@ -30,9 +30,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from tidemq.store.config_file import ConfigFile
 
 log = logging.getLogger("tidemq.broker")
 
@@ -49,6 +52,90 @@ class TableSnapshot:
 
     version: int
     data: bytes
+
+
+class _JsonTable(Protocol):
+    def to_json(self, *, pretty: bool = False) -> bytes: ...
+
+
+class SavedConfigTable:
+    """The saving half of a config table manager (topics.json, subscriptionGroup.json):
+    each change is written at once on the caller's thread, or, after ``defer_persistence``,
+    left to a ``BackgroundSaver`` that writes through ``snapshot_if_dirty`` and
+    ``write_snapshot``.
+
+    A subclass sets ``_file`` and ``_table`` and calls ``_init_saves`` before its first
+    change, then ``_count_change`` on every change.
+    """
+
+    _file: ConfigFile
+    _table: _JsonTable
+
+    def _init_saves(self) -> None:
+        self._persist_soon: Callable[[], None] | None = None
+        self._wait_saved: Callable[[], Awaitable[None]] | None = None
+        # Changes counted here, not by the table's DataVersion: a slave takes its master's
+        # version, which may be lower, and the file skips saves older than what it holds.
+        self._changes = 0
+        self._changes_persisted = -1
+
+    def defer_persistence(
+        self,
+        persist_soon: Callable[[], None] | None,
+        wait_saved: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """From now on a change calls ``persist_soon`` (a background saver's ``schedule``)
+        instead of writing the file on the caller's thread, and ``saved`` awaits
+        ``wait_saved`` (the saver's ``saved``); None writes at once again. The saver writes
+        through ``snapshot_if_dirty`` and ``write_snapshot``."""
+        self._persist_soon = persist_soon
+        self._wait_saved = wait_saved if persist_soon is not None else None
+
+    async def saved(self) -> None:
+        """Return when the file durably holds every change made so far (group commit with
+        the other callers when a background saver writes the file).
+
+        Raises:
+            StoreFull, StoreError: the save failed; the message names the file. The change
+                stays in memory and is saved again with the next save.
+        """
+        if self._wait_saved is not None:
+            await self._wait_saved()
+        else:
+            self._write_if_dirty()  # written at the change already, unless that write failed
+
+    def snapshot_if_dirty(self) -> TableSnapshot | None:
+        """The file's bytes to write now, or None when the file holds the table already."""
+        if self._changes == self._changes_persisted:
+            return None
+        return TableSnapshot(self._changes, self._table.to_json(pretty=True))
+
+    def write_snapshot(self, snapshot: TableSnapshot) -> None:
+        """Write a snapshot atomically (may run in a worker thread; an older one than the
+        file holds is skipped).
+
+        Raises:
+            StoreFull, StoreError: the write failed; the table stays dirty.
+        """
+        if self._file.save(snapshot.data, version=snapshot.version):
+            self._changes_persisted = snapshot.version
+
+    def _count_change(self) -> None:
+        """Record a change: write the file now, or have the background saver write it soon.
+
+        Raises:
+            StoreFull, StoreError: the write failed (the change stays in memory).
+        """
+        self._changes += 1
+        if self._persist_soon is None:
+            self._write_if_dirty()
+        else:
+            self._persist_soon()
+
+    def _write_if_dirty(self) -> None:
+        snapshot = self.snapshot_if_dirty()
+        if snapshot is not None:
+            self.write_snapshot(snapshot)
 
 
 class BackgroundSaver(Generic[S]):

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from tidemq.broker.background_saver import TableSnapshot
+from tidemq.broker.background_saver import SavedConfigTable
 from tidemq.errors import StoreError
 from tidemq.store.config_file import ConfigFile
 from tidemq.store.config_tables import (
@@ -53,7 +52,7 @@ BUILT_IN_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
                    "CID_RMQ_SYS_TRANS")
 
 
-class SubscriptionGroupManager:
+class SubscriptionGroupManager(SavedConfigTable):
     """Consumer groups' settings with auto-creation and immediate persistence.
 
     Args:
@@ -69,10 +68,7 @@ class SubscriptionGroupManager:
         self._file = ConfigFile(path)
         self._config = config
         self._table = SubscriptionGroupTable.load(self._file)
-        self._persist_soon: Callable[[], None] | None = None
-        self._wait_saved: Callable[[], Awaitable[None]] | None = None
-        self._changes = 0  # counts up, unlike a slave's table version (topic_config_manager)
-        self._changes_persisted = -1
+        self._init_saves()
         for group in BUILT_IN_GROUPS:
             if self._table.get(group) is None:
                 self._table.put(SubscriptionGroupConfig(group))
@@ -155,52 +151,5 @@ class SubscriptionGroupManager:
         Raises:
             StoreFull, StoreError: the write failed (the change stays in memory).
         """
-        self._changes += 1
-        if self._persist_soon is not None:
-            self._persist_soon()
-            return
-        self._write_if_dirty()
+        self._count_change()
 
-    async def saved(self) -> None:
-        """Return when subscriptionGroup.json durably holds every change made so far (group
-        commit with the other callers when a background saver writes the file).
-
-        Raises:
-            StoreFull, StoreError: the save failed; the message names the file. The change
-                stays in memory and is saved again with the next save.
-        """
-        if self._wait_saved is not None:
-            await self._wait_saved()
-        else:
-            self._write_if_dirty()  # written at the change already, unless that write failed
-
-    def _write_if_dirty(self) -> None:
-        snapshot = self.snapshot_if_dirty()
-        if snapshot is not None:
-            self.write_snapshot(snapshot)
-
-    def defer_persistence(
-        self,
-        persist_soon: Callable[[], None] | None,
-        wait_saved: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        """From now on a change calls ``persist_soon`` instead of writing the file on the
-        caller's thread, and ``saved`` awaits ``wait_saved``; None writes at once again."""
-        self._persist_soon = persist_soon
-        self._wait_saved = wait_saved if persist_soon is not None else None
-
-    def snapshot_if_dirty(self) -> TableSnapshot | None:
-        """The file's bytes to write now, or None when the file holds the table already."""
-        if self._changes == self._changes_persisted:
-            return None
-        return TableSnapshot(self._changes, self._table.to_json(pretty=True))
-
-    def write_snapshot(self, snapshot: TableSnapshot) -> None:
-        """Write a snapshot atomically (may run in a worker thread; an older one than the
-        file holds is skipped).
-
-        Raises:
-            StoreFull, StoreError: the write failed; the table stays dirty.
-        """
-        if self._file.save(snapshot.data, version=snapshot.version):
-            self._changes_persisted = snapshot.version

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
-from tidemq.broker.background_saver import TableSnapshot
+from tidemq.broker.background_saver import SavedConfigTable
 from tidemq.broker.config import (
     PERM_INHERIT,
     PERM_READ,
@@ -99,7 +99,7 @@ def is_not_allowed_send_topic(topic: str) -> bool:
     return topic in NOT_ALLOWED_SEND_TOPICS
 
 
-class TopicConfigManager:
+class TopicConfigManager(SavedConfigTable):
     """The topics of one broker, persisted in ``topics.json``.
 
     Args:
@@ -122,12 +122,7 @@ class TopicConfigManager:
         self._config = config
         self._file = ConfigFile(Path(config_dir) / TopicConfigTable.file_name)
         self._on_change = on_change
-        self._persist_soon: Callable[[], None] | None = None
-        self._wait_saved: Callable[[], Awaitable[None]] | None = None
-        # Changes counted here, not by the table's DataVersion: a slave takes its master's
-        # version, which may be lower, and the file skips saves older than what it holds.
-        self._changes = 0
-        self._changes_persisted = -1
+        self._init_saves()
         self._system_topics = set(_FIXED_SYSTEM_TOPICS)
         self._table = TopicConfigTable.load(self._file)
         version_before = self._table.data_version.counter
@@ -138,7 +133,7 @@ class TopicConfigManager:
         if not config.auto_create_topic_enable:
             self._table.remove(AUTO_CREATE_TOPIC_KEY_TOPIC)
         if self._table.data_version.counter != version_before or not self._file_exists():
-            self._persist()
+            self._write_if_dirty()
 
     def _built_in_topics(self) -> list[TopicConfig]:
         config = self._config
@@ -300,64 +295,15 @@ class TopicConfigManager:
         self.update(dataclasses.replace(existing, perm=perm))
         return self._table.get(topic)
 
-    # -- persistence -----------------------------------------------------------------------
-
-    def defer_persistence(
-        self,
-        persist_soon: Callable[[], None] | None,
-        wait_saved: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        """From now on a change calls ``persist_soon`` (a background saver's ``schedule``)
-        instead of writing topics.json on the caller's thread, and ``saved`` awaits
-        ``wait_saved`` (the saver's ``saved``); None writes at once again. The saver writes
-        through ``snapshot_if_dirty`` and ``write_snapshot``."""
-        self._persist_soon = persist_soon
-        self._wait_saved = wait_saved if persist_soon is not None else None
-
-    async def saved(self) -> None:
-        """Return when topics.json durably holds every change made so far (group commit
-        with the other callers when a background saver writes the file).
-
-        Raises:
-            StoreFull, StoreError: the save failed; the message names the file. The change
-                stays in memory and is saved again with the next save.
-        """
-        if self._wait_saved is not None:
-            await self._wait_saved()
-        else:
-            self._persist()  # written at the change already, unless that write failed
-
-    def snapshot_if_dirty(self) -> TableSnapshot | None:
-        """topics.json's bytes to write now, or None when the file holds the table already."""
-        if self._changes == self._changes_persisted:
-            return None
-        return TableSnapshot(self._changes, self._table.to_json(pretty=True))
-
-    def write_snapshot(self, snapshot: TableSnapshot) -> None:
-        """Write a snapshot atomically (may run in a worker thread; an older one than the
-        file holds is skipped).
-
-        Raises:
-            StoreFull, StoreError: the write failed; the table stays dirty.
-        """
-        if self._file.save(snapshot.data, version=snapshot.version):
-            self._changes_persisted = snapshot.version
+    # persistence (defer_persistence, saved, snapshot_if_dirty, write_snapshot):
+    # SavedConfigTable.
 
     # -- internals -------------------------------------------------------------------------
 
     def _changed(self, topics: tuple[str, ...] | None) -> None:
-        self._changes += 1
-        if self._persist_soon is None:
-            self._persist()
-        else:
-            self._persist_soon()
+        self._count_change()
         if self._on_change is not None:
             self._on_change(topics)
-
-    def _persist(self) -> None:
-        snapshot = self.snapshot_if_dirty()
-        if snapshot is not None:
-            self.write_snapshot(snapshot)
 
     def _file_exists(self) -> bool:
         return self._file.path.exists()
