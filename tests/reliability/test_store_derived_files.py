@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
+import written_store
 
-from server_processes import ServerProcess, option_args, start_cluster
-from tidemq.client import NoRouteError
-from tidemq.sync import Admin, Message, Producer, PullConsumer, SendStatus
+from server_processes import ServerProcess, option_args
+from tidemq.sync import Admin, Message, PullConsumer
 
 pytestmark = pytest.mark.reliability
 
@@ -35,7 +33,7 @@ SETTINGS = {
     "maxHashSlotNum": "500",
     "maxIndexNum": "2000",
 }
-WAIT_S = 60.0
+WAIT_S = written_store.WAIT_S
 
 
 def body(index: int) -> bytes:
@@ -43,47 +41,15 @@ def body(index: int) -> bytes:
 
 
 def wait_for_route(namesrv: str, create: bool) -> list:
-    with Admin(namesrv) as admin:
-        if create:
-            admin.create_topic(TOPIC, QUEUES)
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            try:
-                return admin.topic_route(TOPIC).subscribe_queues(TOPIC)
-            except NoRouteError:
-                assert time.monotonic() < deadline, "the topic was never routed"
-                threading.Event().wait(0.05)
+    return written_store.wait_for_route(namesrv, TOPIC, QUEUES, create)
 
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     """(namesrv process, {"sigkill": store copy, "clean": store copy}, acked bodies)."""
-    workdir = tmp_path_factory.mktemp("derived")
-    processes: list[ServerProcess] = []
-    try:
-        cluster = start_cluster(workdir, processes, broker_overrides=SETTINGS)
-        broker = cluster.brokers[0]
-        wait_for_route(cluster.namesrv_addr, create=True)
-        acked = set()
-        with Producer("derived_producer", cluster.namesrv_addr) as producer:
-            futures = [producer.send_async(Message(TOPIC, body(i), keys=[f"key-{i}"]))
-                       for i in range(MESSAGES)]
-            for i, future in enumerate(futures):
-                assert future.result(timeout=WAIT_S).status is SendStatus.SEND_OK
-                acked.add(body(i))
-        store = workdir / "broker-a" / "store"
-        bases = {}
-        broker.kill(signal.SIGKILL)
-        bases["sigkill"] = workdir / "base-sigkill"
-        shutil.copytree(store, bases["sigkill"])
-        broker.start()
-        broker.stop()
-        bases["clean"] = workdir / "base-clean"
-        shutil.copytree(store, bases["clean"])
-        yield cluster.namesrvs[0], bases, acked
-    finally:
-        for process in reversed(processes):
-            process.stop()
+    yield from written_store.written_store_copies(
+        tmp_path_factory.mktemp("derived"), SETTINGS, TOPIC, QUEUES, "derived_producer",
+        [Message(TOPIC, body(i), keys=[f"key-{i}"]) for i in range(MESSAGES)])
 
 
 def damage(store: Path, part: str, how: str) -> str:
