@@ -55,14 +55,27 @@ def setup_topic(pair, unique, queues: int = 2, sends: int = 3, keys: str = "k"):
     return topic
 
 
-def runtime_tables(pair) -> dict[str, dict]:
-    answers = pair.broker_call(lambda: wire.request(RequestCode.GET_BROKER_RUNTIME_INFO))
-    assert answers.codes() == SUCCESS_BOTH
-    return {"apache": body(answers.apache)["table"], "tidemq": body(answers.tidemq)["table"]}
+def runtime_tables(pair, wait_until) -> dict[str, dict]:
+    """Both brokers' runtime tables.
+
+    Apache's broker answers SYSTEM_ERROR to this request until its store statistics have taken
+    their first sample (about a second after start: an empty sample list throws in getPutTps),
+    so a freshly started pair is asked again, bounded, until both answer.
+    """
+    answers = []
+
+    def both_answered() -> bool:
+        answers[:] = [pair.broker_call(
+            lambda: wire.request(RequestCode.GET_BROKER_RUNTIME_INFO))]
+        return answers[0].codes() == SUCCESS_BOTH
+
+    wait_until(both_answered, 30.0, what="both brokers serving runtime info")
+    answer = answers[0]
+    return {"apache": body(answer.apache)["table"], "tidemq": body(answer.tidemq)["table"]}
 
 
 def test_runtime_info_serves_the_same_counters(pair, unique, wait_until):
-    before = runtime_tables(pair)
+    before = runtime_tables(pair, wait_until)
     for side, table in before.items():
         assert set(table) >= RUNTIME_KEYS, f"{side} lacks {RUNTIME_KEYS - set(table)}"
     setup_topic(pair, unique, sends=4)
@@ -72,7 +85,7 @@ def test_runtime_info_serves_the_same_counters(pair, unique, wait_until):
         return int(after[side][key]) - int(before[side][key])
 
     def counted() -> bool:
-        after.update(runtime_tables(pair))
+        after.update(runtime_tables(pair, wait_until))
         return all(grew(side, "msgPutTotalTodayNow") >= 4 for side in after)
 
     # Apache counts a put just after answering it: wait (bounded) until both count all four.
