@@ -405,14 +405,18 @@ _KEYS_LISTED_MAX = 20
 
 def current_properties(*configs: Any) -> dict[str, str]:
     """Every key of the given config instances with its current value as properties text
-    would hold it (``true``/``false``, enums by value, None as empty); aliases are left out."""
+    would hold it (``true``/``false``, enums by value, None as empty); aliases are left out,
+    and a secret that is set (``"secret"`` field metadata: a key password) shows as ******."""
     properties: dict[str, str] = {}
     for config in configs:
         primary = {config_key.field_name: config_key.key for config_key in
                    reversed(config_keys(type(config)))}
+        secret = {f.name for f in dataclasses.fields(config) if f.metadata.get("secret")}
         for field_name, key in primary.items():
             value = getattr(config, field_name)
-            if isinstance(value, bool):
+            if field_name in secret and value:
+                text = "******"
+            elif isinstance(value, bool):
                 text = "true" if value else "false"
             elif isinstance(value, enum.Enum):
                 text = str(value.value)

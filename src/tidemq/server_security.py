@@ -38,7 +38,7 @@ class ServerSecurityConfig:
     tls_server_key_path: str | None = field(default=None, metadata={
         "key": "tlsServerKeyPath", "aliases": ("tls.server.keyPath",)})
     tls_server_key_password: str | None = field(default=None, repr=False, metadata={
-        "key": "tlsServerKeyPassword", "aliases": ("tls.server.keyPassword",)})
+        "key": "tlsServerKeyPassword", "aliases": ("tls.server.keyPassword",), "secret": True})
     tls_server_need_client_auth: str | None = field(default=None, metadata={
         "key": "tlsServerNeedClientAuth", "aliases": ("tls.server.needClientAuth",),
         "choices": ("none", "optional", "require")})

@@ -26,13 +26,16 @@ pytestmark = pytest.mark.integration
 WAIT_S = 60.0
 
 
-def tls_settings(pki, mode: str, client_auth: str = "none") -> dict[str, str]:
+def tls_settings(pki, mode: str, client_auth: str = "none", *, broker: bool = True
+                 ) -> dict[str, str]:
     settings = {"tlsEnable": "true", "tlsServerMode": mode,
                 "tlsServerCertPath": str(pki.server_cert),
                 "tlsServerKeyPath": str(pki.server_key)}
     if client_auth != "none":
         settings |= {"tlsServerNeedClientAuth": client_auth,
                      "tlsServerTrustCertPath": str(pki.ca_cert)}
+    if broker:  # an enforcing broker registers over TLS: it verifies the name server by it
+        settings |= {"tlsClientTrustCertPath": str(pki.ca_cert)}
     return settings
 
 
@@ -77,7 +80,7 @@ def plain_call_answered(addr: str) -> bool:
 
 def test_enforcing_serves_tls_clients_and_refuses_plain_ones(tidemq_cluster, pki):
     cluster = tidemq_cluster(broker_overrides=tls_settings(pki, "enforcing"),
-                             namesrv_overrides=tls_settings(pki, "permissive"))
+                             namesrv_overrides=tls_settings(pki, "permissive", broker=False))
     tls = tls_context(pki.ca_cert)
     assert run(round_trip(cluster.namesrv_addr, "TlsOrders", tls)) == [
         b"m0", b"m1", b"m2", b"m3", b"m4"]
@@ -102,7 +105,7 @@ def test_enforcing_serves_tls_clients_and_refuses_plain_ones(tidemq_cluster, pki
 
 def test_permissive_serves_tls_and_plain_clients_on_one_port(tidemq_cluster, pki):
     cluster = tidemq_cluster(broker_overrides=tls_settings(pki, "permissive"),
-                             namesrv_overrides=tls_settings(pki, "permissive"))
+                             namesrv_overrides=tls_settings(pki, "permissive", broker=False))
     assert run(round_trip(cluster.namesrv_addr, "Mixed", tls_context(pki.ca_cert))) == [
         b"m0", b"m1", b"m2", b"m3", b"m4"]
     assert run(round_trip(cluster.namesrv_addr, "MixedPlain", None)) == [
@@ -112,7 +115,7 @@ def test_permissive_serves_tls_and_plain_clients_on_one_port(tidemq_cluster, pki
 
 def test_mutual_tls_refuses_a_client_without_a_certificate(tidemq_cluster, pki):
     cluster = tidemq_cluster(broker_overrides=tls_settings(pki, "enforcing", "require"),
-                             namesrv_overrides=tls_settings(pki, "permissive"))
+                             namesrv_overrides=tls_settings(pki, "permissive", broker=False))
     with_cert = tls_context(pki.ca_cert, cert_file=pki.client_cert, key_file=pki.client_key)
     assert run(round_trip(cluster.namesrv_addr, "Mutual", with_cert)) == [
         b"m0", b"m1", b"m2", b"m3", b"m4"]

@@ -18,9 +18,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidemq.broker.security_config import BrokerSecurityConfig
 from tidemq.errors import ConfigError
 from tidemq.limits import topic_name_problem
-from tidemq.server_security import ServerSecurityConfig
 from tidemq.store.config import DEFAULT_MESSAGE_DELAY_LEVEL
 
 # PermName bits (docs/protocol.md §11.2).
@@ -54,10 +54,11 @@ def _key(name: str, **extra: Any) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
-class BrokerConfig(ServerSecurityConfig):
+class BrokerConfig(BrokerSecurityConfig):
     """Settings of one broker; field metadata gives RocketMQ's key for each.
 
-    The ACL and TLS keys are ``ServerSecurityConfig``'s, shared with the name server.
+    The ACL and TLS keys are ``ServerSecurityConfig``'s, shared with the name server; those
+    of the broker's own outgoing connections are ``BrokerSecurityConfig``'s.
 
     Attributes:
         acl_enable: RocketMQ's aclEnable: every request is checked against plain_acl.yml (acl/).
@@ -221,7 +222,7 @@ class BrokerConfig(ServerSecurityConfig):
                             "give name servers as 'host:9876;host2:9876'"
                         )
         self.delay_level_count()  # validates message_delay_level
-        self.server_tls(load=False)  # validates the tls* keys (ServerSecurityConfig)
+        BrokerSecurityConfig.__post_init__(self)  # the tls* and inner credentials keys
 
     # -- derived values --------------------------------------------------------------------
 
@@ -294,6 +295,9 @@ class BrokerConfig(ServerSecurityConfig):
 
 # -- properties text (GET_BROKER_CONFIG) --------------------------------------------------------
 
+# How a secret setting that is set is shown (fields with ``"secret"`` metadata).
+SECRET_SHOWN_AS = "******"
+
 _UNIT_SUFFIXES = ("_ms", "_seconds", "_s", "_hours", "_bytes")
 
 
@@ -319,7 +323,8 @@ def config_properties(*configs: Any) -> dict[str, str]:
     """Every setting of the given config dataclasses as ``{RocketMQ key: text}``.
 
     Values are written as a properties file would hold them: booleans ``true``/``false``,
-    enums by value, None as an empty string. Later configs win on a shared key.
+    enums by value, None as an empty string; a secret (a key password, credentials) that is
+    set as ``SECRET_SHOWN_AS``. Later configs win on a shared key.
     """
     properties: dict[str, str] = {}
     for config in configs:
@@ -327,7 +332,9 @@ def config_properties(*configs: Any) -> dict[str, str]:
             if config_field.metadata.get("config", True) is False:
                 continue
             value = getattr(config, config_field.name)
-            if isinstance(value, bool):
+            if config_field.metadata.get("secret") and value:
+                text = SECRET_SHOWN_AS  # GET_BROKER_CONFIG is no admin request
+            elif isinstance(value, bool):
                 text = "true" if value else "false"
             elif isinstance(value, enum.Enum):
                 text = str(value.value)

@@ -59,6 +59,7 @@ from tidemq.broker.maintenance_processor import MaintenanceProcessor
 from tidemq.broker.metrics import broker_exporter
 from tidemq.broker.namesrv_registration import NameServerRegistration
 from tidemq.broker.offset_processor import ConsumerOffsetProcessor
+from tidemq.broker.outgoing import outgoing_security
 from tidemq.broker.parts import BrokerParts
 from tidemq.broker.pull_processor import PullMessageProcessor
 from tidemq.broker.query_processor import QueryMessageProcessor
@@ -71,7 +72,6 @@ from tidemq.broker.slave_sync import SlaveSynchronizer
 from tidemq.broker.transaction import TransactionService
 from tidemq.metrics.exporter import MetricsExporter
 from tidemq.metrics.requests import RequestMetrics
-from tidemq.remoting.client import RemotingClient
 from tidemq.remoting.server import RemotingServer
 from tidemq.store.config import StoreConfig
 from tidemq.store.file_store import FileMessageStore
@@ -156,7 +156,9 @@ class BrokerController:
                                      tls=self.config.server_tls())
         if self.acl is not None:
             self.server.set_request_guard(self.acl.guard)
-        self.remoting_client = RemotingClient()
+        # The broker's own requests (registration, a slave's table sync) follow its
+        # tlsClient* keys and innerClientAuthenticationCredentials (broker/outgoing.py).
+        self.remoting_client = outgoing_security(self.config).remoting_client()
         self.registration = NameServerRegistration(
             config=parts.config, identity=parts.identity, role=parts.role, topics=parts.topics,
             client=self.remoting_client,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import sys
@@ -182,6 +183,10 @@ def dev(ctx: click.Context, log_level: str, log_dir: Path | None, log_max_bytes:
                          "dev", log_max_bytes, log_file_count)
     broker_config = _with_acl_file(broker_config, None)
     namesrv_config = _dev_namesrv_security(namesrv_config, broker_config)
+    if broker_config.tls_client_enable is None:
+        # The in-process broker registers with its own permissive name server in plain TCP
+        # unless told otherwise (an enforcing broker would otherwise need a trust file).
+        broker_config = dataclasses.replace(broker_config, tls_client_enable=False)
 
     async def serve(stop: asyncio.Event) -> None:
         namesrv_controller = _build_or_exit("dev", NamesrvController, namesrv_config)

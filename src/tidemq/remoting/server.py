@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import Sequence
 
 from tidemq.limits import FRAME_SIZE_MAX
@@ -37,13 +36,10 @@ from tidemq.remoting.dispatch import (
     RequestObserver,
 )
 from tidemq.remoting.errors import RemotingListenError
-from tidemq.remoting.sniffing_listener import SniffingListener
-from tidemq.remoting.tls import PLAIN, TLS_HANDSHAKE_TIMEOUT_S, ServerTls, TlsMode
+from tidemq.remoting.listening import LISTEN_BACKLOG, Listener, listen
+from tidemq.remoting.tls import PLAIN, ServerTls
 
 log = logging.getLogger("tidemq.remoting")
-
-# RocketMQ's serverSocketBacklog default.
-LISTEN_BACKLOG = 1024
 
 # After the grace period, connections still flushing get this long before being aborted.
 STOP_CLOSE_WAIT_S = 1.0
@@ -95,7 +91,7 @@ class RemotingServer:
             raise ValueError(f"TLS mode {tls.mode} needs a server context")
         self.tls = tls
         self._dispatcher = RequestDispatcher()
-        self._servers: list[asyncio.Server | SniffingListener] = []
+        self._servers: list[Listener] = []
         self._connections: set[Connection] = set()
         self._stopping = False
         self.connection_listeners: list[ConnectionListener] = []
@@ -160,10 +156,9 @@ class RemotingServer:
         """
         if self._servers:
             raise RuntimeError("RemotingServer.start called twice")
-        loop = asyncio.get_running_loop()
         try:
             for port in self.ports:
-                self._servers.append(await self._listen(loop, port))
+                self._servers.append(await self._listen(port))
         except OSError as exc:
             for server in self._servers:
                 server.close()
@@ -219,26 +214,9 @@ class RemotingServer:
 
     # -- internals -----------------------------------------------------------------------------
 
-    async def _listen(
-        self, loop: asyncio.AbstractEventLoop, port: int
-    ) -> asyncio.Server | SniffingListener:
-        mode = self.tls.mode
-        if mode is TlsMode.PERMISSIVE:
-            sock = socket.create_server(
-                (self.host, port),
-                family=socket.AF_INET6 if ":" in self.host else socket.AF_INET,
-                backlog=LISTEN_BACKLOG,
-            )
-            return SniffingListener(sock, self._new_connection, self.tls.context)  # type: ignore[arg-type]
-        return await loop.create_server(
-            self._new_connection,
-            self.host,
-            port,
-            backlog=LISTEN_BACKLOG,
-            reuse_address=True,
-            ssl=self.tls.context if mode is TlsMode.ENFORCING else None,
-            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if mode is TlsMode.ENFORCING else None,
-        )
+    async def _listen(self, port: int) -> Listener:
+        return await listen(self.host, port, self._new_connection, self.tls,
+                            backlog=LISTEN_BACKLOG)
 
     def _new_connection(self) -> Connection:
         return Connection(

@@ -3,7 +3,9 @@
 Theory of operation (RocketMQ 4.x HAService / HAConnection; bytes in wire.py):
 
 - the master listens on haListenPort (listenPort + 1 unless set) on brokerIP2 (brokerIP1
-  unless set); each accepted socket is one ``SlaveConnection`` with two tasks;
+  unless set), in the broker's TLS mode (``tls``: enforcing takes TLS slaves only,
+  permissive both, tidemq.remoting.listening); each accepted socket is one
+  ``SlaveConnection`` with two tasks;
 - the *reader* takes the slave's 8-byte offset reports. The first one says where to start:
   the slave's own end, or, when it reports 0 (an empty slave), the start of this master's
   oldest retained segment. Every later one is an acknowledgement: the slave holds every
@@ -38,6 +40,8 @@ from typing import Protocol
 from tidemq.broker.ha.transfer_waits import TransferWaits
 from tidemq.broker.ha.wire import ReportDecoder, encode_chunk_header
 from tidemq.errors import RemoteProtocolError
+from tidemq.remoting.listening import Listener, listen
+from tidemq.remoting.tls import PLAIN, ServerTls
 
 log = logging.getLogger("tidemq.broker.ha")
 
@@ -97,18 +101,20 @@ class HAService:
         host, port: where to listen (brokerIP2 or brokerIP1, haListenPort).
         settings: the HA keys.
         broker_name: for log lines.
+        tls: the broker's TLS mode and server context (plain TCP by default).
     """
 
     def __init__(self, store: ReplicaSource, host: str, port: int, settings: HASettings,
-                 broker_name: str = "") -> None:
+                 broker_name: str = "", *, tls: ServerTls = PLAIN) -> None:
         self._store = store
         self.host = host
         self.port = port
         self.settings = settings
         self._broker_name = broker_name
+        self.tls = tls
         self.waits = TransferWaits()
         self.connections: list[SlaveConnection] = []
-        self._server: asyncio.AbstractServer | None = None
+        self._server: Listener | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -123,11 +129,11 @@ class HAService:
         """
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self._server = await listen(self.host, self.port, self._new_protocol, self.tls)
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
-        log.info("HA service of broker %s listening on %s:%d", self._broker_name, self.host,
-                 self.port)
+        log.info("HA service of broker %s listening on %s:%d%s", self._broker_name, self.host,
+                 self.port, f" (TLS {self.tls.mode})" if self.tls.enabled else "")
 
     async def stop(self) -> None:
         """Close the port and every slave connection; fail the waits."""
@@ -188,6 +194,10 @@ class HAService:
         return await self.waits.wait(end_offset, timeout_s)
 
     # -- one connection -------------------------------------------------------------------------
+
+    def _new_protocol(self) -> asyncio.StreamReaderProtocol:
+        # What asyncio.start_server makes per connection, for a listener of any TLS mode.
+        return asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._serve)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer_info = writer.get_extra_info("peername")

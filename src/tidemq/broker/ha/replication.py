@@ -27,8 +27,10 @@ from tidemq.broker.config import BrokerConfig, BrokerRole
 from tidemq.broker.ha.master import HAService, HASettings
 from tidemq.broker.ha.master_check import MasterCheck, ReplicaStore
 from tidemq.broker.ha.slave import HAClient
+from tidemq.broker.outgoing import PLAIN_UNSIGNED, OutgoingSecurity
 from tidemq.remoting.client import RemotingClient
 from tidemq.remoting.errors import RemotingListenError
+from tidemq.remoting.tls import PLAIN, ServerTls
 from tidemq.store.config import StoreConfig
 from tidemq.store.interface import PutResult, PutStatus
 
@@ -57,11 +59,15 @@ class Replication:
         ha_host, ha_port: where a master listens (brokerIP2 or brokerIP1, haListenPort;
             port 0: any free port, for tests).
         client: the remoting client for a slave's master check (None: one of its own,
-            closed by ``stop``).
+            made by ``outgoing``, closed by ``stop``).
+        tls: a master's TLS mode on the HA port (the broker's own, tlsServerMode).
+        outgoing: how a slave connects and signs (TLS to the master's HA and remoting
+            ports, innerClientAuthenticationCredentials; broker/outgoing.py).
     """
 
     def __init__(self, config: BrokerConfig, store_config: StoreConfig, store: ReplicaStore,
-                 ha_host: str, ha_port: int, client: RemotingClient | None = None) -> None:
+                 ha_host: str, ha_port: int, client: RemotingClient | None = None, *,
+                 tls: ServerTls = PLAIN, outgoing: OutgoingSecurity = PLAIN_UNSIGNED) -> None:
         self.role = config.broker_role
         self._store = store
         self._sync_flush_timeout_s = store_config.sync_flush_timeout_ms / 1000
@@ -71,12 +77,13 @@ class Replication:
         self._own_client: RemotingClient | None = None
         if self.role is BrokerRole.SLAVE:
             if client is None:
-                client = self._own_client = RemotingClient()
+                client = self._own_client = outgoing.remoting_client()
             check = MasterCheck(client, config.broker_name, config.broker_cluster_name, store)
             self.client = HAClient(store, check, settings, store_config.ha_master_address,
-                                   config.broker_name)
+                                   config.broker_name, tls=outgoing.tls)
         else:
-            self.service = HAService(store, ha_host, ha_port, settings, config.broker_name)
+            self.service = HAService(store, ha_host, ha_port, settings, config.broker_name,
+                                     tls=tls)
 
     async def start(self) -> None:
         """Listen (master) or start copying (slave).

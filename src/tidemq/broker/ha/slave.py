@@ -10,7 +10,8 @@ store/replication.py):
 2. Check (master_check.py): same brokerName and cluster, a master, and this slave's log a
    prefix of the master's. A refusal is logged once (ERROR, naming both offsets) and the
    check is repeated every ``RETRY_S``; the slave never truncates its own log.
-3. Stream: connect, report the commit log's max offset, then for every read: append each
+3. Stream: connect (with TLS when given a context: the broker's tlsClient* keys,
+   broker/outgoing.py), report the commit log's max offset, then for every read: append each
    chunk at exactly its offset (a chunk at another offset than this log's end closes the
    connection, naming both), dispatch the whole records, report the new max offset. A
    report also goes out every haSendHeartbeatInterval; a master silent for
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -70,11 +72,14 @@ class HAClient:
         settings: the HA keys.
         configured_master: ``haMasterAddress`` (None: learn it from the name server).
         broker_name: for log lines.
+        tls: a client TLS context to connect to the master's HA port with (None: plain TCP).
     """
 
     def __init__(self, store: ReplicaStore, check: MasterCheck, settings: HASettings,
-                 configured_master: str | None = None, broker_name: str = "") -> None:
+                 configured_master: str | None = None, broker_name: str = "", *,
+                 tls: ssl.SSLContext | None = None) -> None:
         self._store = store
+        self._tls = tls
         self._check = check
         self.settings = settings
         self._broker_name = broker_name
@@ -194,7 +199,11 @@ class HAClient:
         host, _, port = master.ha_address.rpartition(":")
         settings = self.settings
         async with asyncio.timeout(settings.housekeeping_interval_s):
-            reader, writer = await asyncio.open_connection(host, int(port))
+            if self._tls is None:
+                reader, writer = await asyncio.open_connection(host, int(port))
+            else:
+                reader, writer = await asyncio.open_connection(
+                    host, int(port), ssl=self._tls, server_hostname=host)
         try:
             self.connected = True
             log.info(
@@ -217,6 +226,7 @@ class HAClient:
         decoder = ChunkDecoder()
         store = self._store
         last_read = time.monotonic()
+        last_read_ms_before = self.last_read_ms
         while not self._stopping:
             try:
                 async with asyncio.timeout(settings.heartbeat_interval_s):
@@ -225,6 +235,12 @@ class HAClient:
                 data = None
             now = time.monotonic()
             if data == b"":
+                if last_read_ms_before == self.last_read_ms and self._tls is None:
+                    raise ConnectionResetError(
+                        "the master closed the connection before sending anything (does its "
+                        "HA port take TLS only? A master whose tlsServerMode is enforcing "
+                        "does: set tlsClientEnable=true and tlsClientTrustCertPath on this "
+                        "slave)")
                 raise ConnectionResetError("the master closed the connection")
             if data is None:
                 if now - last_read > settings.housekeeping_interval_s:
