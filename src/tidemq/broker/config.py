@@ -175,6 +175,41 @@ class BrokerConfig(BrokerSecurityConfig):
         default=256 * 1024 * 1024, metadata=_key("exactlyOnceCommitCacheBytes", min=0)
     )
 
+    # -- automatic failover (controller mode, docs/failover.md; RocketMQ 5's key names) --------
+    # The broker's group gets its master from the controller's records in etcd instead of
+    # brokerRole: brokerRole then only says which master flavour (SYNC_MASTER or
+    # ASYNC_MASTER) this broker is when elected, and brokerId is its replica id (>= 1;
+    # whoever is master registers with the name servers as brokerId 0).
+    enable_controller_mode: bool = field(default=False, metadata=_key("enableControllerMode"))
+    # etcd's client endpoints, host:port;host:port (RocketMQ 5: the controllers' addresses).
+    controller_addr: str | None = field(default=None, metadata=_key("controllerAddr"))
+    # Where this cluster's records live in etcd; one prefix per cluster (a marker key refuses
+    # a broker of another cluster).
+    controller_etcd_prefix: str = field(default="/tidemq", metadata=_key("controllerEtcdPrefix"))
+    # The broker process's etcd lease: when it is not renewed for this long, the broker is
+    # dead to the controller (RocketMQ 5's controllerHeartBeatTimeoutMills, default 10 s;
+    # ours is shorter because an election here costs one etcd transaction). Whole seconds:
+    # etcd's lease TTL unit; etcd raises TTLs below its minimum (about 2 s by default).
+    controller_heart_beat_timeout_ms: int = field(
+        default=3000, metadata=_key("controllerHeartBeatTimeoutMills", min=2000, max=600_000)
+    )
+    # How often the broker renews its lease and reports its offset (RocketMQ 5's key).
+    broker_heartbeat_interval_ms: int = field(
+        default=500, metadata=_key("brokerHeartbeatInterval", min=50, max=60_000)
+    )
+    # A master that could not renew its lease for controllerHeartBeatTimeoutMills minus this
+    # margin stops acknowledging writes, so it is fenced before etcd can let the lease expire
+    # and the controller elect another master. The margin covers the request's own latency
+    # and the event loop's delays; tidemq's own key.
+    controller_fence_margin_ms: int = field(
+        default=1000, metadata=_key("controllerFenceMarginMills", min=100)
+    )
+    # A sync-state member that has not caught up for this long is removed from the set (through
+    # etcd) so that sends stop waiting for it (RocketMQ 5's haMaxTimeSlaveNotCatchup).
+    ha_max_time_slave_not_catchup_ms: int = field(
+        default=15_000, metadata=_key("haMaxTimeSlaveNotCatchup", min=100)
+    )
+
     # Prometheus metrics (RocketMQ 5's keys): PROM serves /metrics on
     # metricsPromExporterHost:metricsPromExporterPort (host empty: brokerIP1); DISABLE (the
     # default) serves nothing. docs/monitoring.md lists the metrics.
@@ -203,11 +238,14 @@ class BrokerConfig(BrokerSecurityConfig):
                 raise ConfigError(f"{key}={value}: {problem}")
         if not self.broker_ip1.strip():
             raise ConfigError("brokerIP1 is empty; give the address clients should connect to")
-        if self.broker_role is BrokerRole.SLAVE and self.broker_id == 0:
+        if self.enable_controller_mode:
+            self._check_controller_mode()
+        elif self.broker_role is BrokerRole.SLAVE and self.broker_id == 0:
             raise ConfigError(
                 "brokerRole=SLAVE with brokerId=0: a slave needs brokerId > 0 (0 is the master)"
             )
-        if self.broker_role is not BrokerRole.SLAVE and self.broker_id != 0:
+        if (not self.enable_controller_mode and self.broker_role is not BrokerRole.SLAVE
+                and self.broker_id != 0):
             raise ConfigError(
                 f"brokerId={self.broker_id} with brokerRole={self.broker_role.value}: "
                 "a master has brokerId 0; set brokerRole=SLAVE for a slave"
@@ -223,6 +261,42 @@ class BrokerConfig(BrokerSecurityConfig):
                         )
         self.delay_level_count()  # validates message_delay_level
         BrokerSecurityConfig.__post_init__(self)  # the tls* and inner credentials keys
+
+    def _check_controller_mode(self) -> None:
+        """enableControllerMode=true: controllerAddr given, a master flavour, brokerId >= 1,
+        timings that fence a master before its lease can expire."""
+        from tidemq.controller.etcd import parse_endpoints
+
+        if not self.controller_addr:
+            raise ConfigError(
+                "enableControllerMode=true needs controllerAddr: etcd's client endpoints, "
+                "host:port;host:port (docs/failover.md)")
+        parse_endpoints(self.controller_addr)
+        if self.broker_role is BrokerRole.SLAVE:
+            raise ConfigError(
+                "brokerRole=SLAVE with enableControllerMode=true: in controller mode the "
+                "controller decides who is master; brokerRole says which master flavour this "
+                "broker is when elected: SYNC_MASTER or ASYNC_MASTER")
+        if self.broker_id < 1:
+            raise ConfigError(
+                f"brokerId={self.broker_id} with enableControllerMode=true: give each broker "
+                "of the group its own replica id >= 1 (the elected master registers with the "
+                "name servers as brokerId 0)")
+        ttl = self.controller_heart_beat_timeout_ms
+        if ttl % 1000:
+            raise ConfigError(
+                f"controllerHeartBeatTimeoutMills={ttl}: etcd leases count whole seconds; "
+                "give a multiple of 1000")
+        if self.broker_heartbeat_interval_ms + self.controller_fence_margin_ms >= ttl:
+            raise ConfigError(
+                f"brokerHeartbeatInterval={self.broker_heartbeat_interval_ms} plus "
+                f"controllerFenceMarginMills={self.controller_fence_margin_ms} must be below "
+                f"controllerHeartBeatTimeoutMills={ttl}, or a master would fence itself "
+                "between two renewals")
+        if not self.controller_etcd_prefix.startswith("/"):
+            raise ConfigError(
+                f"controllerEtcdPrefix={self.controller_etcd_prefix!r}: give a key prefix "
+                "starting with '/', e.g. /tidemq/<clusterName>")
 
     # -- derived values --------------------------------------------------------------------
 

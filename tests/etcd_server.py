@@ -1,0 +1,102 @@
+"""A real etcd (Debian's etcd-server, installed by scripts/test) on free loopback ports.
+
+``EtcdServer(workdir)`` runs one single-node etcd with its data in ``workdir`` and its client
+and peer URLs on free loopback ports; ``.endpoint`` is ``127.0.0.1:<client port>`` as
+controllerAddr takes it. ``.stop()`` (SIGTERM, then SIGKILL) and ``.start()`` again keep the
+data, so a test can take etcd away and bring it back. Stopped by the PID started here only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from server_processes import free_port
+
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+
+
+def etcd_binary() -> str:
+    """The etcd binary; AssertionError naming the fix when it is missing."""
+    path = shutil.which("etcd")
+    assert path is not None, (
+        "etcd is not installed: scripts/test installs Debian's etcd-server "
+        "(apt-get install etcd-server)")
+    return path
+
+
+class EtcdServer:
+    """One etcd process on loopback (module docstring)."""
+
+    def __init__(self, workdir: Path, name: str = "etcd") -> None:
+        self.workdir = workdir
+        self.name = name
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.client_port = 0
+        self.peer_port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        """Start (on the same ports when restarted) and wait until it answers."""
+        if not self.client_port:
+            self.client_port = free_port()
+            self.peer_port = free_port()
+        client = f"http://127.0.0.1:{self.client_port}"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        log = open(self.workdir / "etcd.log", "ab")  # noqa: SIM115 (closed with the process)
+        self.process = subprocess.Popen(
+            [etcd_binary(), "--name", self.name, "--data-dir", str(self.workdir / "data"),
+             "--listen-client-urls", client, "--advertise-client-urls", client,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", f"{self.name}={peer}",
+             "--heartbeat-interval", "50", "--election-timeout", "500"],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"etcd exited:\n{self.log_tail()}"
+            if self._healthy():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"etcd did not answer within {START_TIMEOUT_S} s:\n"
+                             f"{self.log_tail()}")
+
+    def _healthy(self) -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(
+                ("127.0.0.1", self.client_port), 0.5) as connection:
+            connection.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+            connection.settimeout(2.0)
+            return b'"health":"true"' in connection.recv(4096)
+        return False
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if not self.running:
+            return
+        assert self.process is not None
+        os.kill(self.process.pid, sig)
+        try:
+            self.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(STOP_TIMEOUT_S)
+
+    def log_tail(self, lines: int = 30) -> str:
+        path = self.workdir / "etcd.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
