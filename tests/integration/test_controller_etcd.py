@@ -8,12 +8,20 @@ leases as liveness, compare-and-set elections and the election history.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from etcd_server import EtcdServer
+from tidemq.cli.admin_command import admin
 from tidemq.controller.etcd import (
     ClusterMismatch,
     ControllerStore,
@@ -148,3 +156,114 @@ def test_the_controller_elects_the_freshest_member_when_the_master_lease_ends(
 
     asyncio.run(main())
     assert "elected brokerId 3" in caplog.text
+
+
+@dataclass
+class _Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _admin(*args: str) -> _Ran:
+    """``tidemq admin`` in-process (a process start costs seconds on a busy machine)."""
+    result = CliRunner().invoke(admin, list(args))
+    assert "Traceback" not in result.output
+    return _Ran(result.exit_code, result.stdout, result.stderr)
+
+
+def test_admin_verbs_show_the_group_and_elect_by_the_rules(etcd: EtcdServer) -> None:
+    prefix = "/t-admin"
+    where = ["-a", etcd.endpoint, "--controllerEtcdPrefix", prefix]
+
+    async def setup() -> dict[int, int]:
+        async with _store(etcd, prefix) as store:
+            await store.claim_cluster("AdminCluster")
+            # Long leases: the "brokers" here are this test, which does not renew them.
+            leases = {b: await store.grant_lease(60) for b in (1, 2, 3)}
+            for broker_id, offset in ((1, 700), (2, 650), (3, 10)):
+                await store.put_report("broker-x", _report(broker_id, offset), leases[broker_id])
+            assert await store.put_state(GroupState(
+                "broker-x", 1, 1, "127.0.0.1:1001", "127.0.0.1:2001", leases[1],
+                frozenset({1, 2})), 0)
+            return leases
+
+    asyncio.run(setup())
+    meta = json.loads(_admin("getControllerMetaData", *where, "--json").stdout)
+    assert meta["cluster"] == "AdminCluster" and meta["groups"] == ["broker-x"]
+    assert meta["prefix"] == prefix and len(meta["etcdMembers"]) == 1
+    table = _admin("getSyncStateSet", *where, "-b", "broker-x")
+    assert table.returncode == 0, table.stderr
+    assert "masterEpoch" in table.stdout and "127.0.0.1:1003" in table.stdout
+    sync = json.loads(_admin("getSyncStateSet", *where, "-b", "broker-x", "--json").stdout)
+    assert sync["state"]["syncStateSet"] == [1, 2] and sync["masterAlive"] is True
+    assert [r["confirmedOffset"] for r in sync["replicas"]] == [700, 650, 10]
+    unknown = _admin("getSyncStateSet", *where, "-b", "broker-y")
+    assert unknown.returncode == 1 and "known: broker-x" in unknown.stderr
+
+    refused = _admin("electMaster", *where, "-b", "broker-x", "-i", "3")
+    assert refused.returncode == 1
+    assert "not in the sync-state set {1, 2}" in refused.stderr and "--force" in refused.stderr
+    elected = json.loads(_admin("electMaster", *where, "-b", "broker-x", "-i", "2",
+                                "--json").stdout)
+    assert (elected["epoch"], elected["masterBrokerId"]) == (2, 2)
+    forced = _admin("electMaster", *where, "-b", "broker-x", "-i", "3", "--force")
+    assert forced.returncode == 0 and "epoch 3" in forced.stdout, forced.stderr
+    epochs = json.loads(_admin("getBrokerEpoch", *where, "-b", "broker-x", "--json").stdout)
+    assert [(e["epoch"], e["masterBrokerId"], e["reason"]) for e in epochs] == [
+        (2, 2, "electMaster"), (3, 3, "electMaster --force")]
+    assert "electMaster --force" in _admin("getBrokerEpoch", *where, "-b", "broker-x").stdout
+    nobody = _admin("getSyncStateSet", "-a", "127.0.0.1:1", "-b", "broker-x")
+    assert nobody.returncode == 1 and "controllerAddr=127.0.0.1:1" in nobody.stderr
+
+
+def test_the_controller_command_claims_the_prefix_and_elects(etcd: EtcdServer,
+                                                             tmp_path: Path) -> None:
+    prefix = "/t-command"
+
+    async def setup() -> int:
+        async with _store(etcd, prefix) as store:
+            await store.claim_cluster("CmdCluster")
+            master = await store.grant_lease(LEASE_TTL_S)
+            survivor = await store.grant_lease(60)
+            await store.put_report("g", _report(1, 100), master)
+            await store.put_report("g", _report(2, 90), survivor)
+            assert await store.put_state(GroupState(
+                "g", 7, 1, "127.0.0.1:1001", "127.0.0.1:2001", master, frozenset({1, 2})), 0)
+            return survivor
+
+    asyncio.run(setup())
+    wrong = subprocess.run(
+        [sys.executable, "-m", "tidemq", "controller", "--controllerAddr", etcd.endpoint,
+         "--controllerEtcdPrefix", prefix, "--clusterName", "OtherCluster"],
+        capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 1 and "holds the failover data of cluster 'CmdCluster'" in \
+        wrong.stderr
+    log_path = tmp_path / "controller.out"
+    with open(log_path, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tidemq", "controller", "--controllerAddr", etcd.endpoint,
+             "--controllerEtcdPrefix", prefix, "--clusterName", "CmdCluster",
+             "--scanIntervalMs", "50", "--electionReportWaitMs", "0"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def epoch() -> int:
+            async def read() -> int:
+                async with _store(etcd, prefix) as store:
+                    return (await store.read_group("g")).state.master_epoch
+            return asyncio.run(read())
+
+        deadline = time.monotonic() + 60
+        while epoch() == 7:  # the master's 2 s lease runs out; broker 2 takes over
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+        assert epoch() == 8
+        meta = json.loads(_admin("getControllerMetaData", "-a", etcd.endpoint,
+                                 "--controllerEtcdPrefix", prefix, "--json").stdout)
+        assert len(meta["controllers"]) == 1
+    finally:
+        process.terminate()
+        process.wait(20)
+    text = log_path.read_text()
+    assert "Ctrl-C to stop" in text and "elected brokerId 2" in text, text

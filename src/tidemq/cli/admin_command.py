@@ -17,6 +17,7 @@ from tidemq.cli.admin import (  # noqa: F401  (each import registers that module
     acl,
     clients,
     clusters,
+    controller,
     dead_letters,
     groups,
     messages,

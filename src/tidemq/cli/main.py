@@ -17,6 +17,7 @@ _COMMANDS = {
     "bench": "tidemq.cli.bench_command:bench",
     "docs": "tidemq.cli.reference_docs:docs",
     "console": "tidemq.cli.console_command:console",
+    "controller": "tidemq.cli.controller_command:controller",
 }
 
 

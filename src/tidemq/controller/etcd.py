@@ -105,7 +105,12 @@ class ControllerStore:
 
     def __init__(self, endpoints: list[tuple[str, int]], prefix: str = DEFAULT_PREFIX,
                  request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
-        import aetcd  # imported here: only controller mode needs grpc
+        try:
+            import aetcd  # imported here: only controller mode needs it (and grpc)
+        except ImportError as e:
+            raise ConfigError(
+                f"automatic failover needs the etcd client aetcd ({e}): install "
+                "tidemq[controller] (pip install 'tidemq[controller]')") from e
 
         self._aetcd = aetcd
         self.endpoints = endpoints
@@ -144,12 +149,14 @@ class ControllerStore:
             self._client = self._aetcd.Client(host=host, port=port, timeout=self._timeout)
         return self._client
 
-    async def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
         errors = []
         for _ in range(len(self.endpoints)):
             client = self._connected_client()
             try:
                 async with asyncio.timeout(self._timeout + 0.5):
+                    if callable(method):
+                        return await method(client)
                     return await getattr(client, method)(*args, **kwargs)
             except (self._aetcd.exceptions.ConnectionFailedError,
                     self._aetcd.exceptions.ConnectionTimeoutError,
@@ -213,6 +220,27 @@ class ControllerStore:
 
     async def revoke(self, lease: int) -> None:
         await self._call("a lease revoke", "revoke_lease", lease)
+
+    async def register_controller(self, controller_id: str, description: bytes,
+                                  lease: int) -> None:
+        """Say that a controller runs (``getControllerMetaData`` lists them)."""
+        await self._call("a controller registration", "put",
+                         self.keys.controllers + controller_id.encode(), description,
+                         lease=lease)
+
+    async def controllers(self) -> dict[str, str]:
+        """The running controllers: id -> what they wrote of themselves."""
+        result = await self._call("the controllers", "get_prefix", self.keys.controllers)
+        head = len(self.keys.controllers)
+        return {kv.key[head:].decode(errors="replace"): kv.value.decode(errors="replace")
+                for kv in result}
+
+    async def members(self) -> list[str]:
+        """etcd's members as ``name client-URLs``."""
+        async def collect(client: Any) -> list[str]:
+            return [f"{m.name} {','.join(m.client_urls)}" async for m in client.members()]
+
+        return await self._call("the etcd members", collect)
 
     # -- reports ------------------------------------------------------------------------------
 

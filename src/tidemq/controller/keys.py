@@ -2,6 +2,7 @@
 
 ```
 <prefix>/cluster                                  the cluster name (plain UTF-8): the marker
+<prefix>/controllers/<id>                         a running `tidemq controller`, leased
 <prefix>/groups/<brokerName>/state                GroupState
 <prefix>/groups/<brokerName>/replicas/<brokerId>  ReplicaReport, under the process's lease
 <prefix>/groups/<brokerName>/history/<epoch>      ElectionRecord; epoch zero-padded to 20
@@ -27,6 +28,10 @@ class Keys:
     @property
     def marker(self) -> bytes:
         return f"{self.prefix}/cluster".encode()
+
+    @property
+    def controllers(self) -> bytes:
+        return f"{self.prefix}/controllers/".encode()
 
     @property
     def groups(self) -> bytes:
