@@ -4,14 +4,22 @@ The broker keeps its tables (topics, consumer offsets, subscription groups, dela
 JSON files under ``<storePathRootDir>/config/`` (docs/protocol.md §10.5). Saving one::
 
     1. write <file>.tmp and fsync it            a crash here leaves <file> as it was
-    2. copy <file> to <file>.bak and fsync it   the previous good version, kept for step 1
+    2. hard-link <file> as <file>.bak           the previous good version, kept for step 1
                                                 of the next save going wrong on disk
     3. rename <file>.tmp over <file>            atomic on POSIX: readers see old or new
-    4. fsync the directory                      the rename itself survives a power cut
+    4. fsync the directory                      the link and the rename survive a power cut
 
 RocketMQ deletes ``<file>`` before the rename; replacing it in one step leaves no moment
-without a main file. Loading reads ``<file>``; when it is missing, unreadable or rejected by
-the validator, the ``.bak`` copy is used and a WARNING names both files; when both are bad,
+without a main file. RocketMQ copies the old file to ``.bak``; a hard link gives the same
+file for the price of a directory entry: a save never writes into an existing file (step 3
+puts a new inode in place), so once a save is done ``.bak`` is the previous version and the
+main file a different one. At 10,000 topics the copy was half the cost of a save (read and
+write 2.5 MB, one more fsync). A file system without hard links gets the copy. The first
+save of a ``ConfigFile`` fsyncs the main file before linking it, since another process may
+have written it without an fsync (a copy made then would have been synced).
+
+Loading reads ``<file>``; when it is missing, unreadable or rejected by the validator, the
+``.bak`` copy is used and a WARNING names both files; when both are bad,
 :class:`~tidemq.errors.ConfigFileCorrupt` says which files and what to do. A ``.tmp`` left by
 a crash is ignored and overwritten by the next save.
 
@@ -75,6 +83,8 @@ class ConfigFile:
         self._main_is_corrupt = False
         self._save_lock = threading.Lock()
         self._saved_version: int | None = None  # the newest version a save wrote
+        # False until a save fsync'd the main file (or wrote it): see the module docstring.
+        self._main_synced = False
 
     # -- loading --------------------------------------------------------------------------------
 
@@ -183,14 +193,10 @@ class ConfigFile:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _write_synced(self.temp_path, data)
             if not self._main_is_corrupt:
-                try:
-                    previous = self.path.read_bytes()
-                except FileNotFoundError:
-                    previous = None
-                if previous:
-                    _write_synced(self.backup_path, previous)
+                self._keep_main_as_backup()
             os.replace(self.temp_path, self.path)
-            _fsync_directory(self.path.parent)
+            _fsync_path(self.path.parent)
+            self._main_synced = True
         except OSError as exc:
             # A partial .tmp would only hold disk space; the next save rewrites it anyway.
             with contextlib.suppress(OSError):
@@ -202,6 +208,25 @@ class ConfigFile:
                 ) from exc
             raise StoreError(f"cannot save config file {self.path}: {exc}") from exc
         self._main_is_corrupt = False
+
+    def _keep_main_as_backup(self) -> None:
+        """Make ``.bak`` the current main file (a hard link; a synced copy where links are
+        not supported). An empty or missing main file leaves ``.bak`` as it is."""
+        try:
+            if os.stat(self.path).st_size == 0:
+                return
+        except FileNotFoundError:
+            return
+        if not self._main_synced:
+            _fsync_path(self.path)
+        self.backup_path.unlink(missing_ok=True)
+        try:
+            os.link(self.path, self.backup_path)
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK,
+                                 errno.EXDEV):
+                raise
+            _write_synced(self.backup_path, self.path.read_bytes())
 
     def save_json(self, obj: Any, *, version: int | None = None) -> bool:
         """Save ``obj`` as pretty-printed JSON (keys sorted, integer keys quoted); ``version``
@@ -228,8 +253,9 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def _fsync_path(path: Path) -> None:
+    """fsync a file or a directory by its path."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

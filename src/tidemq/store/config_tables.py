@@ -29,6 +29,7 @@ one thread, and call ``to_json`` there; ``save`` may then run elsewhere with tho
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import time
@@ -293,6 +294,11 @@ class _NamedConfigTable(ConfigTable, Generic[C]):
     def __init__(self, configs: Iterable[C] = (), data_version: DataVersion | None = None):
         self._configs: dict[str, C] = {self._name_of(config): config for config in configs}
         self.data_version = data_version or DataVersion()
+        # The file's text of each entry and the names in the file's order, kept across saves:
+        # a save then joins cached bytes instead of re-serializing every entry (at 10,000
+        # topics that took 30 ms of the event loop per create). Built on the first save.
+        self._fragments: dict[str, bytes] = {}
+        self._sorted_names: list[str] | None = None
 
     @staticmethod
     def _name_of(config: C) -> str:
@@ -304,15 +310,22 @@ class _NamedConfigTable(ConfigTable, Generic[C]):
     def put(self, config: C) -> None:
         """Add or replace a config; bumps the version when anything changed."""
         name = self._name_of(config)
-        if self._configs.get(name) != config:
+        before = self._configs.get(name)
+        if before != config:
             self._configs[name] = config
             self.data_version.bump()
+            self._fragments.pop(name, None)
+            if before is None and self._sorted_names is not None:
+                bisect.insort(self._sorted_names, name)
 
     def remove(self, name: str) -> C | None:
         """Drop an entry; returns its config, or None (and no version bump) when absent."""
         config = self._configs.pop(name, None)
         if config is not None:
             self.data_version.bump()
+            self._fragments.pop(name, None)
+            if self._sorted_names is not None:
+                del self._sorted_names[bisect.bisect_left(self._sorted_names, name)]
         return config
 
     def names(self) -> list[str]:
@@ -335,6 +348,37 @@ class _NamedConfigTable(ConfigTable, Generic[C]):
             },
         }
 
+    def to_json(self, *, pretty: bool = False) -> bytes:
+        """The table as JSON: compact for a GET_ALL_* body, ``pretty`` for the file.
+
+        The pretty form is the bytes ``jsonx.dumps(self.to_json_object(), pretty=True)``
+        writes, assembled from per-entry text cached since the last change of each entry,
+        so a save after one change serializes one entry, not the table.
+        """
+        if not pretty:
+            return super().to_json()
+        if self._sorted_names is None:
+            # Python orders str by code point, which is the UTF-8 byte order the writer uses.
+            self._sorted_names = sorted(self._configs)
+        fragments = self._fragments
+        for name in self._sorted_names:
+            if name not in fragments:
+                fragments[name] = _pretty_entry(name, self._configs[name].to_json_object())
+        head = jsonx.dumps(
+            {"dataVersion": self.data_version.to_json_object(), self.table_field: {}},
+            pretty=True,
+        )
+        if not self._sorted_names:
+            return head
+        # The table is the last key ("dataVersion" sorts first): splice the entries into its {}.
+        if not head.endswith(_EMPTY_LAST_OBJECT):
+            raise AssertionError(f"unexpected layout of {self.what} JSON: {head[-40:]!r}")
+        return b"".join((
+            head[: -len(_EMPTY_LAST_OBJECT)], b"{\n",
+            b",\n".join([fragments[name] for name in self._sorted_names]),
+            b"\n  }\n}",
+        ))
+
     @classmethod
     def from_json_object(cls, obj: Any) -> Self:
         obj = _object(obj, cls.what)
@@ -352,6 +396,16 @@ class _NamedConfigTable(ConfigTable, Generic[C]):
                 )
             configs.append(config)
         return cls(configs, _data_version_of(obj))
+
+
+_EMPTY_LAST_OBJECT = b"{}\n}"
+
+
+def _pretty_entry(name: str, obj: dict[str, Any]) -> bytes:
+    """One ``"name": {...}`` member of a table object, as the pretty writer lays it out two
+    levels deep (JSON strings hold no raw newline, so re-indenting by lines is exact)."""
+    text = jsonx.dumps({name: obj}, pretty=True)  # {\n  "name": {\n    ...\n  }\n}
+    return b"  " + text[2:-2].replace(b"\n", b"\n  ")
 
 
 class TopicConfigTable(_NamedConfigTable[TopicConfig]):

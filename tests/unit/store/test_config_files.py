@@ -237,3 +237,52 @@ def test_a_save_older_than_the_written_version_is_skipped(path):
     assert config.save(b"v5 again", version=5)
     assert config.save_json({"v": 6}, version=6)
     assert orjson.loads(path.read_bytes()) == {"v": 6}
+
+
+def test_bak_is_the_previous_file_itself_not_a_copy(path):
+    # A hard link: the save writes no second copy, and the file it replaced lives on as .bak.
+    config = ConfigFile(path)
+    config.save(b"v1")
+    before = os.stat(path)
+    config.save(b"v2")
+    backup = os.stat(path.with_name("topics.json.bak"))
+    assert (backup.st_ino, backup.st_dev) == (before.st_ino, before.st_dev)
+    assert os.stat(path).st_ino != backup.st_ino  # the main file is a new one
+    # Writing the main file in place afterwards leaves the backup alone.
+    path.write_bytes(b"edited")
+    assert path.with_name("topics.json.bak").read_bytes() == b"v1"
+
+
+def test_bak_falls_back_to_a_copy_without_hard_links(path, monkeypatch):
+    config = ConfigFile(path)
+    config.save(b"v1")
+
+    def no_links(source, target):
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(os, "link", no_links)
+    config.save(b"v2")
+    config.save(b"v3")
+    assert path.read_bytes() == b"v3"
+    assert path.with_name("topics.json.bak").read_bytes() == b"v2"
+
+
+def test_first_save_syncs_the_file_it_keeps_as_bak(path, monkeypatch):
+    # Another process may have left the main file unsynced; linking it as .bak must not
+    # keep a backup that a power cut could lose while a copy would have been synced.
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"written by someone else")
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    config = ConfigFile(path)
+    config.save(b"mine")
+    assert str(path) in synced
+    synced.clear()
+    config.save(b"mine again")
+    assert str(path) not in synced  # written and synced by this object already

@@ -5,8 +5,11 @@ from dataclasses import replace
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tidemq.errors import ConfigFileCorrupt
+from tidemq.protocol import jsonx
 from tidemq.protocol.jsonx import JsonDecodeError, JsonShapeError
 from tidemq.store.config_file import ConfigFile
 from tidemq.store.config_tables import (
@@ -357,3 +360,45 @@ def test_both_files_bad_raises_config_file_corrupt(tmp_path):
     path.with_name(path.name + ".bak").write_bytes(b'{"offsetTable":{"T@g":{"0":"x"}}}')
     with pytest.raises(ConfigFileCorrupt, match=r"consumerOffset\.json"):
         ConsumerOffsetTable.load(path)
+
+
+# -- the saved file from cached entries ---------------------------------------------------------
+
+_NAMES = st.text(alphabet="abAB%_-09é日", min_size=1, max_size=6)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["put", "remove", "save"]), _NAMES,
+                          st.integers(1, 16)), max_size=60))
+@settings(max_examples=60, deadline=None)
+def test_pretty_file_from_cached_entries_is_what_the_writer_writes(changes):
+    # Saves join per-entry text cached across saves; every change in any order must still
+    # give the exact bytes of a whole-table write (RocketMQ's shape, keys sorted).
+    topics, groups = TopicConfigTable(), SubscriptionGroupTable()
+    for action, name, number in changes:
+        if action == "put":
+            topics.put(TopicConfig(name, number, number))
+            groups.put(SubscriptionGroupConfig(name, retry_max_times=number))
+        elif action == "remove":
+            topics.remove(name)
+            groups.remove(name)
+        for table in (topics, groups):
+            assert table.to_json(pretty=True) == jsonx.dumps(table.to_json_object(), pretty=True)
+
+
+def test_a_save_reserializes_only_the_changed_entry(monkeypatch):
+    table = TopicConfigTable([TopicConfig(f"T{i}", 4, 4) for i in range(100)])
+    table.to_json(pretty=True)
+    serialized: list[str] = []
+    real = TopicConfig.to_json_object
+
+    def counting(self):
+        serialized.append(self.topic_name)
+        return real(self)
+
+    monkeypatch.setattr(TopicConfig, "to_json_object", counting)
+    table.put(TopicConfig("T5", 8, 8))
+    table.put(TopicConfig("New", 1, 1))
+    data = table.to_json(pretty=True)
+    assert sorted(serialized) == ["New", "T5"]
+    monkeypatch.undo()
+    assert data == jsonx.dumps(table.to_json_object(), pretty=True)
