@@ -1,7 +1,8 @@
 """Cost as a deployment grows: growth curves of topics, consumer groups, connections, queues.
 
-    .venv/bin/python benchmarks/scale_bench.py [--topics 2000] [--groups 500]
-        [--connections 1000] [--queues 1,64,1024] [--only topics,groups,...] [--json]
+    .venv/bin/python benchmarks/scale_bench.py [--topics 2000] [--admin-groups 2000]
+        [--groups 500] [--connections 1000] [--queues 1,64,1024,10000]
+        [--queue-messages 100000] [--only topics,admin_groups,groups,...] [--json]
         [--topic-concurrency 1]
 
 Starts its own ``tidemq dev`` (fresh store, free loopback ports) and grows it, one thing at
@@ -11,13 +12,19 @@ a time, as an operator or an application would:
   ``--topic-concurrency`` at a time, as a provisioning script would); the wall time of each
   create, as the mean of the 50 creates before each checkpoint. A create is answered once
   topics.json durably holds it, and creates in flight together share one save (group
-  commit), so the curve at concurrency 1 carries one whole-file save per create;
+  commit), so the curve at concurrency 1 carries one whole-file save per create; with the
+  broker's CPU per create so far;
+- admin_groups: the same with ``Admin.update_subscription_group``
+  (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, answered once subscriptionGroup.json holds it);
 - groups: a new consumer group's first HEART_BEAT (the broker creates its retry topic and
   tells the name server); the time of each, at checkpoints;
 - connections: that many connections kept open, each sending one HEART_BEAT; the time of a
   heartbeat at checkpoints and the broker's resident memory per connection;
-- queues: batch produce (``tidemq bench produce -b 64 -c 16``, 50,000 x 1 KiB) to a new
-  topic of each queue count, first messages to every queue included, as a ratio to one queue.
+- queues: batch produce (64 x 1 KiB a batch, 16 in flight, ``--queue-messages`` and at
+  least one batch per queue) to new queues of each count, each batch to the next queue in
+  turn, so every queue's first message is included; as a ratio to one queue in the same run,
+  with the broker's CPU per message. A topic has at most 1,024 queues, so more queues are
+  spread over equal topics (10,000 = 10 topics of 1,000); one client sends to all of them.
 
 A flat curve is the goal: the 10,000th topic should cost about what the 100th does. It
 prints the broker's CPU seconds per phase and the load average next to each curve (the
@@ -36,7 +43,7 @@ import sys
 import tempfile
 import time
 
-from broker_bench import DevServer, bench
+from broker_bench import DevServer
 from idle import process_cpu_s, wait_process_idle
 from latency_bench import load_average
 from store_bench import machine_description
@@ -57,12 +64,17 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-async def topic_curve(namesrv: str, total: int, concurrency: int = 1) -> list[dict]:
+async def admin_create_curve(namesrv: str, total: int, what: str, concurrency: int = 1,
+                             broker_pid: int | None = None) -> list[dict]:
+    """Create ``total`` topics (``what`` = "topics") or subscription groups ("groups") one
+    after another (``concurrency`` in flight) through the admin API; each create is answered
+    once the broker's file durably holds it."""
     from tidemq.client.admin import Admin
 
     curve, times = [], []
     marks = checkpoints(total)
     began = time.perf_counter()
+    cpu_before = process_cpu_s(broker_pid) if broker_pid else 0.0
     next_index = 0
 
     async def create_next(admin: Admin) -> None:
@@ -71,12 +83,20 @@ async def topic_curve(namesrv: str, total: int, concurrency: int = 1) -> list[di
             next_index += 1
             index = next_index
             started = time.perf_counter()
-            await admin.create_topic(f"Scale{index:06d}", 8, cluster="DefaultCluster")
+            if what == "topics":
+                await admin.create_topic(f"Scale{index:06d}", 8, cluster="DefaultCluster")
+            else:
+                await admin.update_subscription_group(f"ScaleAdminGroup{index:06d}",
+                                                      cluster="DefaultCluster")
             times.append((time.perf_counter() - started) * 1000)
             if len(times) in marks:
-                curve.append({"count": len(times), "ms_per_create": statistics.mean(
-                    times[-WINDOW:]), "elapsed_s": time.perf_counter() - began,
-                    "load": load_average()})
+                point = {"count": len(times), "ms_per_create": statistics.mean(
+                    times[-WINDOW:]), "elapsed_s": time.perf_counter() - began}
+                if broker_pid:
+                    point["broker_cpu_ms_per_create"] = (
+                        (process_cpu_s(broker_pid) - cpu_before) * 1000 / len(times))
+                point["load"] = load_average()
+                curve.append(point)
 
     async with Admin(namesrv, request_timeout_ms=60_000) as admin:
         await asyncio.gather(*(create_next(admin) for _ in range(concurrency)))
@@ -142,21 +162,71 @@ async def connection_curve(broker: str, total: int, broker_pid: int) -> list[dic
     return curve
 
 
-def queue_curve(server: DevServer, queue_counts: list[int]) -> list[dict]:
+QUEUES_PER_TOPIC_MAX = 1024  # a topic's queues are capped (TOPIC_QUEUE_NUMS_MAX)
+
+
+def queue_layout(queues: int) -> list[tuple[str, int]]:
+    """(topic, queue count) holding ``queues`` queues: one topic up to 1,024, else the
+    fewest topics of equal size (10,000 = 10 topics of 1,000)."""
+    topics = -(-queues // QUEUES_PER_TOPIC_MAX)
+    return [(f"ScaleQueues{queues}x{index}", queues // topics + (index < queues % topics))
+            for index in range(topics)]
+
+
+async def produce_round_robin(namesrv: str, layout: list[tuple[str, int]], count: int,
+                              batch: int, concurrency: int) -> dict:
+    """Send ``count`` messages of 1 KiB in batches, each batch to the next queue of every
+    queue of ``layout`` in turn (``concurrency`` batches in flight); so the first batches
+    are the first messages of their queues. Returns msg/s and how many queues were written."""
+    from tidemq.client import Message, MessageQueue, Producer
+
+    body = (os.urandom(64) * 16)[:1024]
+    queues = [MessageQueue(topic, "broker-a", queue_id)
+              for queue_id in range(max(n for _, n in layout)) for topic, n in layout
+              if queue_id < n]
+    claimed = 0
+    async with Producer("SCALE_BENCH_PRODUCER", namesrv, send_timeout_ms=30_000) as producer:
+        for topic, _ in layout:  # learn the routes before the clock starts
+            await producer.send(Message(topic, body), queue=MessageQueue(topic, "broker-a", 0))
+        started = time.perf_counter()
+
+        async def worker() -> None:
+            nonlocal claimed
+            while claimed < count:
+                take = min(batch, count - claimed)
+                queue = queues[(claimed // batch) % len(queues)]
+                claimed += take
+                await producer.send_batch([Message(queue.topic, body) for _ in range(take)],
+                                          queue=queue)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        seconds = time.perf_counter() - started
+    return {"msgs_per_s": count / seconds,
+            "queues_written": min(len(queues), -(-count // batch))}
+
+
+def queue_curve(server: DevServer, queue_counts: list[int], messages: int) -> list[dict]:
+    """Batch produce (64 x 1 KiB, 16 in flight) to new topics of each queue count, every
+    queue in turn, first messages included (at least one batch per queue); as a ratio to
+    one queue in the same run."""
     import subprocess
 
     tidemq = os.path.join(os.path.dirname(sys.executable), "tidemq")
     curve = []
     for queues in queue_counts:
-        topic = f"ScaleQueues{queues}"
-        subprocess.run([tidemq, "admin", "updateTopic", "-n", server.namesrv, "-c",
-                        "DefaultCluster", "-t", topic, "-r", str(queues), "-w", str(queues)],
-                       check=True, capture_output=True, timeout=300)
+        layout = queue_layout(queues)
+        for topic, queue_count in layout:
+            subprocess.run([tidemq, "admin", "updateTopic", "-n", server.namesrv, "-c",
+                            "DefaultCluster", "-t", topic, "-r", str(queue_count),
+                            "-w", str(queue_count)], check=True, capture_output=True,
+                           timeout=300)
         wait_process_idle(server.process.pid)
-        summary = bench(server.namesrv, "produce", "-t", topic, "-b", "64", "-c", "16",
-                        "--count", "50000", timeout_s=900)
-        curve.append({"queues": queues, "msgs_per_s": summary["msgs_per_s"],
-                      "load": load_average()})
+        count = max(messages, 64 * queues)  # every queue gets its first batch
+        cpu_before = process_cpu_s(server.process.pid)
+        result = asyncio.run(produce_round_robin(server.namesrv, layout, count, 64, 16))
+        result["broker_cpu_us_per_msg"] = (
+            (process_cpu_s(server.process.pid) - cpu_before) * 1e6 / count)
+        curve.append({"queues": queues, "messages": count, **result, "load": load_average()})
     for point in curve:
         point["vs_one_queue"] = point["msgs_per_s"] / curve[0]["msgs_per_s"]
     return curve
@@ -166,11 +236,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", type=int, default=2000)
     parser.add_argument("--topic-concurrency", type=int, default=1,
-                        help="topic creates in flight at once")
+                        help="topic or admin group creates in flight at once")
     parser.add_argument("--groups", type=int, default=500)
+    parser.add_argument("--admin-groups", type=int, default=2000,
+                        help="subscription groups created through the admin API")
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--queues", default="1,64,1024")
-    parser.add_argument("--only", default="topics,groups,connections,queues")
+    parser.add_argument("--queue-messages", type=int, default=100_000,
+                        help="messages per queue count (64 a batch, each batch to the next "
+                             "queue)")
+    parser.add_argument("--only", default="topics,admin_groups,groups,connections,queues")
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -183,12 +258,17 @@ def main() -> int:
                                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     try:
         phases = [
-            ("topics", lambda: asyncio.run(topic_curve(server.namesrv, args.topics,
-                                                      args.topic_concurrency))),
+            ("topics", lambda: asyncio.run(admin_create_curve(
+                server.namesrv, args.topics, "topics", args.topic_concurrency,
+                server.process.pid))),
+            ("admin_groups", lambda: asyncio.run(admin_create_curve(
+                server.namesrv, args.admin_groups, "groups", args.topic_concurrency,
+                server.process.pid))),
             ("groups", lambda: asyncio.run(group_curve(broker, args.groups))),
             ("connections", lambda: asyncio.run(
                 connection_curve(broker, args.connections, server.process.pid))),
-            ("queues", lambda: queue_curve(server, [int(q) for q in args.queues.split(",")])),
+            ("queues", lambda: queue_curve(server, [int(q) for q in args.queues.split(",")],
+                                           args.queue_messages)),
         ]
         for name, run in phases:
             if name not in only:
