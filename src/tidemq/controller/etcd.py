@@ -132,8 +132,10 @@ class ControllerStore:
     async def close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
+            # Closing a channel whose peer is gone must not hold up a stop or a failover.
             with contextlib.suppress(Exception):
-                await client.close()
+                async with asyncio.timeout(self._timeout):
+                    await client.close()
 
     async def __aenter__(self) -> ControllerStore:
         return self

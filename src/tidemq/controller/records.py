@@ -117,6 +117,9 @@ class ReplicaReport:
     confirmed_offset: int  # the broker's commit-log max offset when it wrote this
     epoch: int  # the master epoch it takes part in (0: none yet)
     role: str  # "MASTER", "SLAVE" or "FENCED" / "STARTING" as the agent sees itself
+    # A slave's local address of its HA connection, as its master sees the peer: how the
+    # master tells which HA connection is which replica (the HA stream has no handshake).
+    ha_client_address: str = ""
     lease: int = 0  # filled in from the key's lease when read back
     report_revision: int = 0  # the etcd mod revision of the key when read back
 
@@ -128,6 +131,7 @@ class ReplicaReport:
             "confirmedOffset": self.confirmed_offset,
             "epoch": self.epoch,
             "role": self.role,
+            "haClientAddress": self.ha_client_address,
         })
 
     @classmethod
@@ -141,6 +145,7 @@ class ReplicaReport:
             confirmed_offset=_int(value, "confirmedOffset", what),
             epoch=_int(value, "epoch", what),
             role=_str(value, "role", what),
+            ha_client_address=_str(value, "haClientAddress", what),
             lease=lease,
             report_revision=revision,
         )
