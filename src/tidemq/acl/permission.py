@@ -87,6 +87,7 @@ ADMIN_CODES = frozenset({
     RequestCode.UPDATE_NAMESRV_CONFIG,
     RequestCode.WIPE_WRITE_PERM_OF_BROKER,
     RequestCode.ADD_WRITE_PERM_OF_BROKER,
+    RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
 })
 
 # The name server checks only these (its reads stay open to everyone, as in RocketMQ, so
@@ -98,4 +99,5 @@ NAMESRV_CHECKED_CODES = frozenset({
     RequestCode.UPDATE_NAMESRV_CONFIG,
     RequestCode.WIPE_WRITE_PERM_OF_BROKER,
     RequestCode.ADD_WRITE_PERM_OF_BROKER,
+    RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
 })

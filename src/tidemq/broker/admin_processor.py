@@ -345,7 +345,11 @@ class AdminProcessor:
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def _get_broker_config(self, request: RemotingCommand) -> RemotingCommand:
-        text = properties_text(config_properties(self._store_config, self._config))
+        properties = config_properties(self._store_config, self._config)
+        # The role and id now (a role switch changes both; role.py), not the config's.
+        properties["brokerRole"] = self._role.role.value
+        properties["brokerId"] = str(self._role.broker_id)
+        text = properties_text(properties)
         version = jsonx.dumps({"counter": 0, "timestamp": self._stats.boot_timestamp_ms})
         return RemotingCommand.response_to(
             request,

@@ -64,6 +64,8 @@ from tidemq.broker.parts import BrokerParts
 from tidemq.broker.pull_processor import PullMessageProcessor
 from tidemq.broker.query_processor import QueryMessageProcessor
 from tidemq.broker.reply_processor import ReplyMessageProcessor
+from tidemq.broker.role import ReplicationRole
+from tidemq.broker.role_processor import RoleProcessor
 from tidemq.broker.runtime_info import SAMPLE_INTERVAL_MS
 from tidemq.broker.schedule_service import ScheduleMessageService
 from tidemq.broker.send_back_processor import SendBackProcessor
@@ -185,6 +187,8 @@ class BrokerController:
             role=parts.role, topics=parts.topics, offsets=parts.offsets, groups=parts.groups,
             schedule=self.schedule_service, client=self.remoting_client,
         ) if parts.role.is_slave else None
+        # Role switches (issue 12, role.py): re-register, start or stop the table copy.
+        parts.role.add_switch_listener(self._role_switched)
         self._processors = self._make_processors(parts)
         self.register_processors(self.server)
         # Prometheus metrics (metricsExporterType=PROM): broker/metrics.py.
@@ -247,6 +251,7 @@ class BrokerController:
             self.pull_processor, self.client_processor, self.offset_processor,
             self.query_processor, self.lock_processor, self.acl_admin_processor,
             self.maintenance_processor, self.reply_processor,
+            RoleProcessor(role=parts.role, identity=parts.identity, store=parts.store),
             self.admin_processor,
         ]
 
@@ -288,8 +293,8 @@ class BrokerController:
             self._tasks.append(self.loop.create_task(self._retention_loop(), name="retention"))
             self._tasks.append(self.loop.create_task(self._stats_loop(), name="broker-stats"))
             await self.registration.start()
-            if self.slave_sync is not None:
-                await self.slave_sync.start()
+            if self.role.is_slave or self.slave_sync is not None:
+                await self._follow_role_tables()
             if self.metrics_exporter is not None:
                 await self.metrics_exporter.start()
         except BaseException:
@@ -391,6 +396,30 @@ class BrokerController:
         # table anyway).
         if self._started and not self._stopped:
             self.registration.trigger(topics)
+
+    async def _role_switched(self, role: ReplicationRole) -> None:
+        # After become_master / become_slave (role.py): a slave copies its master's tables
+        # while a master does not, and the name servers learn the new brokerId (a new master
+        # is id 0; the name server drops the address's old id). Before registration started
+        # (a controller-mode broker decides its role first) its first round carries it.
+        if not self._started or self._stopped:
+            return
+        await self._follow_role_tables()
+        if self.registration.running:
+            await self.registration.register_all()
+
+    async def _follow_role_tables(self) -> None:
+        if self.role.is_slave:
+            if self.slave_sync is None:
+                parts = self.parts
+                self.slave_sync = SlaveSynchronizer(
+                    role=parts.role, topics=parts.topics, offsets=parts.offsets,
+                    groups=parts.groups, schedule=self.schedule_service,
+                    client=self.remoting_client,
+                )
+            await self.slave_sync.start()
+        elif self.slave_sync is not None:
+            await self.slave_sync.stop()
 
     async def _retention_loop(self) -> None:
         loop = asyncio.get_running_loop()

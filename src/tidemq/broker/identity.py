@@ -21,6 +21,7 @@ class BrokerIdentity:
     def __init__(self, config: BrokerConfig) -> None:
         self._config = config
         self.address: str = config.broker_address
+        self._broker_id = config.broker_id
 
     @property
     def cluster_name(self) -> str:
@@ -34,8 +35,13 @@ class BrokerIdentity:
 
     @property
     def broker_id(self) -> int:
-        """brokerId: 0 for a master, 1, 2, ... for slaves."""
-        return self._config.broker_id
+        """brokerId: 0 for a master, 1, 2, ... for slaves (the config's, until a role
+        switch gives another: ``switched``)."""
+        return self._broker_id
+
+    def switched(self, broker_id: int) -> None:
+        """A role switch made this broker ``broker_id`` (0: the master)."""
+        self._broker_id = broker_id
 
     def bound(self, port: int) -> None:
         """Record the port the server bound when listenPort was 0."""

@@ -98,6 +98,11 @@ class NameServerRegistration:
         self.rounds_completed = 0
 
     @property
+    def running(self) -> bool:
+        """True between ``start`` (with name servers to register with) and ``stop``."""
+        return self._task is not None
+
+    @property
     def namesrv_addresses(self) -> list[str]:
         """The name servers registered with, from ``namesrvAddr``."""
         return self._config.namesrv_addresses

@@ -92,6 +92,7 @@ class BrokerParts:
         role = ReplicationRole(
             config, identity, _replication(config, store_config, store),
             store_config.sync_flush_timeout_ms,
+            store=store if isinstance(store, StoreCore) else None,
         )
         clients = Clients(config)
         recheck_ms = (

@@ -608,7 +608,10 @@ class SendMessageProcessor:
             status = await self._role.stored_status(result, True)
         code = _STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         if code not in _STORED_CODES:
-            remark = result.remark or f"the store refused the message: {status.value}"
+            if result.status is PutStatus.PUT_OK:  # stored, then the role switched (role.py)
+                remark = self._role.switched_remark()
+            else:
+                remark = result.remark or f"the store refused the message: {status.value}"
             return RemotingCommand.response_to(request, code, remark, ext_fields)
         ext_fields["msgId"] = ",".join(result.msg_ids)
         ext_fields["queueId"] = str(stored.queue_id)

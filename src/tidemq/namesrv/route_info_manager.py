@@ -120,6 +120,10 @@ class RouteInfoManager:
             del broker_data.broker_addrs[stale_id]
         previous_addr = broker_data.broker_addrs.get(broker_id)
         broker_data.broker_addrs[broker_id] = broker_addr
+        if broker_id == MASTER_ID and previous_addr not in (None, broker_addr):
+            # A failover or a manual switch: routes and slaves' answers name the new master.
+            log.info("%s: master address change from %s to %s", broker_name, previous_addr,
+                     broker_addr)
         first_registration = first_registration or previous_addr is None
 
         if broker_id == MASTER_ID and (

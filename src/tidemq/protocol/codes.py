@@ -144,6 +144,10 @@ class RequestCode(IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
+    # RocketMQ 5's controller-mode codes a broker answers (docs/protocol.md, "Role
+    # transitions"): a broker's epoch list, and the order to change role.
+    GET_BROKER_EPOCH_CACHE = 1007
+    NOTIFY_BROKER_ROLE_CHANGED = 1008
     # tidemq extensions: the exactly-once Spark sink's commit and abort of one batch's half
     # messages on one broker (broker/exactly_once/service.py documents header and body).
     # RocketMQ 4.x/5.x use no request code between 5002 and 200049; the ROCKETMQ binary

@@ -890,3 +890,22 @@ def read_request_header(code: int, ext: Mapping[str, str] | None) -> Header | No
     if cls is SendMessageRequestHeader:
         return SendMessageRequestHeader.from_ext_fields(ext, code)
     return cls.from_ext_fields(ext)
+
+
+@header
+class NotifyBrokerRoleChangedRequestHeader(Header):
+    """NOTIFY_BROKER_ROLE_CHANGED (1008, RocketMQ 5): a controller tells a broker its role.
+
+    RocketMQ 5's fields: masterAddress, masterEpoch, syncStateSetEpoch, brokerId (this
+    broker's id as a slave; newer releases also send masterBrokerId). tidemq adds
+    masterHaAddress (the master's HA address; default: masterAddress's port + 1) and
+    masterRole (SYNC_MASTER or ASYNC_MASTER for a broker becoming master).
+    """
+
+    master_address: str = ext_field("masterAddress")
+    master_epoch: int = ext_field("masterEpoch")
+    sync_state_set_epoch: int | None = ext_field("syncStateSetEpoch", default=None)
+    broker_id: int | None = ext_field("brokerId", default=None)
+    master_broker_id: int | None = ext_field("masterBrokerId", default=None)
+    master_ha_address: str | None = ext_field("masterHaAddress", default=None)
+    master_role: str | None = ext_field("masterRole", default=None)

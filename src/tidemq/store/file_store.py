@@ -36,6 +36,7 @@ from tidemq.store.commit_log import CommitLog
 from tidemq.store.config import FlushDiskType, StoreConfig
 from tidemq.store.consume_queue_table import ConsumeQueueTable
 from tidemq.store.disk_space import DiskSpaceGuard
+from tidemq.store.epochs import EpochFile
 from tidemq.store.flush import GroupCommitService, PeriodicFlusher
 from tidemq.store.index_file import IndexService
 from tidemq.store.retention import disk_used_ratio
@@ -47,6 +48,7 @@ from tidemq.store.store_lock import (
     create_abort_file,
     remove_abort_file,
 )
+from tidemq.store.truncation import TruncateIntent
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +120,14 @@ class FileMessageStore(StoreCore):
             checkpoint_index_timestamp=self.checkpoint.index_msg_timestamp,
         )
         self.last_dispatched_timestamp = commit_log.last_store_timestamp
+        self.epochs = EpochFile(root)
+        self.truncate_intent = TruncateIntent(root)
+        pending = self.truncate_intent.pending()
+        if pending is not None:
+            # A truncation was cut short (a crash or SIGKILL): finish it before serving.
+            done = self.truncate_to(min(pending, commit_log.max_offset()), finish=True)
+            logger.warning("finished a truncation interrupted by the last stop: %s",
+                           done.describe())
         self.disk_guard = DiskSpaceGuard(root, config.disk_space_warning_level_ratio)
         create_abort_file(root)
         if config.warm_mapped_file_enable:

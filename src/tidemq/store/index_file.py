@@ -722,6 +722,28 @@ class IndexService:
                 )
             return len(expired)
 
+    def drop_from(self, physical_offset: int) -> int:
+        """Delete every file holding an entry at or after ``physical_offset`` (the commit log
+        was truncated there); the caller re-indexes the records between the index's new end
+        (``last_update_physical_offset``) and the log's end. Returns how many files went.
+
+        Entries are appended in commit-log order, so the files to delete are the newest ones.
+        """
+        with self._flush_lock, self._lock:
+            self._check_open()
+            dropped = 0
+            while self._files and self._files[-1].end_physical_offset >= physical_offset:
+                index_file = self._files.pop()
+                self._dirty.discard(index_file)
+                index_file.delete()
+                dropped += 1
+                log.info("deleted index file %s: it indexes records at or after offset %d, "
+                         "which a truncation removed", index_file.path, physical_offset)
+            self._last_physical_offset = self._indexed_end_offset()
+            self._last_flushed_timestamp_ms = min(self._last_flushed_timestamp_ms,
+                                                  self.last_update_timestamp_ms)
+            return dropped
+
     # -- the hot path ---------------------------------------------------------------------------
 
     def ensure_room(self, key_count: int) -> None:

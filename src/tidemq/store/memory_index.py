@@ -75,6 +75,20 @@ class MemoryIndex:
                     del self._entries[key]
         return 0
 
+    def drop_from(self, physical_offset: int) -> int:
+        """Forget entries at or after ``physical_offset`` (a truncation); returns 0."""
+        with self._lock:
+            for key in list(self._entries):
+                kept = [entry for entry in self._entries[key] if entry[0] < physical_offset]
+                if kept:
+                    self._entries[key] = kept
+                else:
+                    del self._entries[key]
+            remaining = [entry for entries in self._entries.values() for entry in entries]
+            newest = max(remaining, default=(-1, 0))
+            self._last_physical_offset, self._last_timestamp_ms = newest
+        return 0
+
     def close(self) -> None:
         """Drop every entry."""
         with self._lock:

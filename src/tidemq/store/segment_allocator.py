@@ -103,6 +103,19 @@ class SegmentAllocator:
             return None
         return spare
 
+    def discard(self) -> None:
+        """Forget the wish and delete the spare (the log is about to be truncated: a spare
+        for the old next offset would be a segment after a hole if the process died now)."""
+        with self._condition:
+            self._wanted = None
+            while self._preparing is not None:
+                self._condition.wait()
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            with self._warm_lock:
+                pass  # the chunk in flight, if any, is done
+            spare.destroy()
+
     def close(self) -> None:
         """Stop the thread and delete an unused spare."""
         with self._condition:

@@ -46,9 +46,9 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from tidemq.errors import StoreError, StoreFull
-from tidemq.protocol.message import SYSFLAG_TRANSACTION_MASK
+from tidemq.protocol.message import BLANK_MAGIC, SYSFLAG_TRANSACTION_MASK
 from tidemq.protocol.msgid import encode_offset_msg_id
-from tidemq.store import queue_reads, rebuild
+from tidemq.store import queue_reads, rebuild, recovery
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.config import SCHEDULE_TOPIC, StoreConfig
 from tidemq.store.consume_queue_table import ConsumeQueueTable
@@ -60,6 +60,7 @@ from tidemq.store.dispatch import (
     IndexDispatcher,
     KeyIndex,
 )
+from tidemq.store.epochs import EpochFile
 from tidemq.store.flush import GroupCommitService
 from tidemq.store.interface import (
     DispatchListener,
@@ -81,6 +82,12 @@ from tidemq.store.record_encoder import (
 )
 from tidemq.store.replication import CommitLogReplica, read_chunk
 from tidemq.store.retention import RetentionPolicy
+from tidemq.store.truncation import (
+    TruncateIntent,
+    Truncation,
+    dropped_records,
+    sync_file,
+)
 from tidemq.timings import LatencyTally
 
 logger = logging.getLogger(__name__)
@@ -130,6 +137,10 @@ class StoreCore(MessageStore):
         # Store time of the newest dispatched record (the checkpoint's logics time).
         self.last_dispatched_timestamp = 0
         self._replica: CommitLogReplica | None = None
+        # The file store's epoch file and truncation intent (epochs.py, truncation.py); a
+        # memory store has neither.
+        self.epochs: EpochFile | None = None
+        self.truncate_intent: TruncateIntent | None = None
 
     # -- appends --------------------------------------------------------------------------------
 
@@ -563,6 +574,99 @@ class StoreCore(MessageStore):
             self.commit_log.truncate(physical_offset)
             for queue in self.queues.all():
                 queue.truncate_from_physical(physical_offset)
+
+    def truncate_to(self, physical_offset: int, *, finish: bool = False) -> Truncation:
+        """Make ``physical_offset`` (a record boundary) the end of the log, crash-safely, and
+        drop everything derived from the records after it: consume-queue entries, index
+        entries, epoch-file entries (truncation.py). Returns what was dropped.
+
+        Idempotent: truncating to the log's end changes nothing (but still drops epoch
+        entries starting there), unless ``finish`` (an interrupted truncation, whose commit
+        log may already be cut while its queues and index are not). Writes are held off
+        while it runs (the append lock).
+
+        Raises:
+            StoreError: the offset is outside the log or not a record boundary (nothing was
+                changed), or a file could not be written (the intent file makes the next
+                open finish the truncation).
+        """
+        with self._append_lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            end = self.commit_log.max_offset()
+            problem = self._cut_problem(physical_offset, end)
+            if problem is not None:
+                raise StoreError(problem)
+            truncation = Truncation(physical_offset, end)
+            truncation.records = list(dropped_records(
+                self.commit_log, physical_offset,
+                lambda offset: _offset_msg_ids(self._msg_id_prefix, [offset])[0]))
+            cut = physical_offset < end or finish
+            if self.truncate_intent is not None and cut:
+                self.truncate_intent.record(physical_offset)
+            if self.epochs is not None:
+                truncation.epochs_dropped = [
+                    entry.epoch for entry in self.epochs.truncate_from(physical_offset)]
+            if cut:
+                self._cut(physical_offset)
+            if self.truncate_intent is not None:
+                self.truncate_intent.clear()
+            return truncation
+
+    def _cut_problem(self, physical_offset: int, end: int) -> str | None:
+        low = self.commit_log.min_offset()
+        if physical_offset > end or (physical_offset < low and end > 0):
+            return (
+                f"cannot truncate the commit log to offset {physical_offset}: it holds "
+                f"offsets {low} to {end}"
+            )
+        boundary = (
+            physical_offset == end
+            or physical_offset % self.commit_log.file_size == 0
+            or self.commit_log.read_record(physical_offset) is not None
+            or self._blank_marker_at(physical_offset)
+        )
+        if not boundary:
+            return (
+                f"cannot truncate the commit log to offset {physical_offset}: no record "
+                "starts there (an offset inside a record would leave half of it)"
+            )
+        return None
+
+    def _blank_marker_at(self, physical_offset: int) -> bool:
+        mapped = self.commit_log.find_file(physical_offset)
+        if mapped is None:
+            return False
+        position = physical_offset - mapped.file_from_offset
+        if position + 8 > mapped.write_position:
+            return False
+        total, magic = struct.unpack_from(">ii", mapped.buffer, position)
+        return magic == BLANK_MAGIC and total == mapped.file_size - position
+
+    def _cut(self, physical_offset: int) -> None:
+        # Under the append lock; each step is idempotent (a crash replays them all).
+        rebuild.drop_manifest(self.queues)  # queues shrink now, legitimately
+        allocator = getattr(self.commit_log, "allocator", None)
+        if allocator is not None:
+            allocator.discard()
+        self.commit_log.truncate(physical_offset)
+        cut_segment = self.commit_log.find_file(physical_offset)
+        if cut_segment is None and physical_offset > 0:
+            cut_segment = self.commit_log.find_file(physical_offset - 1)
+        for queue in self.queues.all():
+            queue.truncate_from_physical(physical_offset)
+        if self.index is not None:
+            self.index.drop_from(physical_offset)
+            recovery.redispatch(self.commit_log, self.queues, self.index, self._dispatchers,
+                                self._delay_level_ms)
+        self._replica = None  # its confirmed offset and last record are past the cut
+        self.commit_log.flush()
+        if cut_segment is not None:
+            sync_file(cut_segment.path)
+        for queue in self.queues.all():
+            queue.flush()
+        if self.index is not None:
+            self.index.flush()
 
     def consume_queue_entries(self, topic: str, queue_id: int, queue_offset: int,
                               count: int) -> list[tuple[int, int, int]]:

@@ -21,11 +21,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from tidemq.broker.config import BrokerConfig, BrokerRole
 from tidemq.broker.ha.master import HAService, HASettings
 from tidemq.broker.ha.master_check import MasterCheck, ReplicaStore
+from tidemq.broker.ha.reconcile import Reconciler
 from tidemq.broker.ha.slave import HAClient
 from tidemq.broker.outgoing import PLAIN_UNSIGNED, OutgoingSecurity
 from tidemq.remoting.client import RemotingClient
@@ -33,6 +35,7 @@ from tidemq.remoting.errors import RemotingListenError
 from tidemq.remoting.tls import PLAIN, ServerTls
 from tidemq.store.config import StoreConfig
 from tidemq.store.interface import PutResult, PutStatus
+from tidemq.store.truncation import Truncation
 
 log = logging.getLogger("tidemq.broker.ha")
 
@@ -69,21 +72,40 @@ class Replication:
                  ha_host: str, ha_port: int, client: RemotingClient | None = None, *,
                  tls: ServerTls = PLAIN, outgoing: OutgoingSecurity = PLAIN_UNSIGNED) -> None:
         self.role = config.broker_role
+        self._config = config
         self._store = store
         self._sync_flush_timeout_s = store_config.sync_flush_timeout_ms / 1000
-        settings = ha_settings(store_config)
+        self._settings = ha_settings(store_config)
+        self._ha_host = ha_host
+        self._ha_port = ha_port
         self.service: HAService | None = None
         self.client: HAClient | None = None
+        self._remoting: RemotingClient | None = client
         self._own_client: RemotingClient | None = None
+        self._listening = False
+        self._started = False
+        self._tls = tls
+        self._outgoing = outgoing
         if self.role is BrokerRole.SLAVE:
-            if client is None:
-                client = self._own_client = outgoing.remoting_client()
-            check = MasterCheck(client, config.broker_name, config.broker_cluster_name, store)
-            self.client = HAClient(store, check, settings, store_config.ha_master_address,
-                                   config.broker_name, tls=outgoing.tls)
+            self.client = HAClient(store, self._master_check(), self._settings,
+                                   store_config.ha_master_address, config.broker_name,
+                                   tls=outgoing.tls)
         else:
-            self.service = HAService(store, ha_host, ha_port, settings, config.broker_name,
-                                     tls=tls)
+            self.service = self._new_service()
+
+    def _new_service(self) -> HAService:
+        return HAService(self._store, self._ha_host, self._ha_port, self._settings,
+                         self._config.broker_name, tls=self._tls)
+
+    def _remoting_client(self) -> RemotingClient:
+        if self._remoting is None:
+            self._remoting = self._own_client = self._outgoing.remoting_client()
+        return self._remoting
+
+    def _master_check(self) -> MasterCheck:
+        config = self._config
+        return MasterCheck(self._remoting_client(), config.broker_name,
+                           config.broker_cluster_name, self._store)
 
     async def start(self) -> None:
         """Listen (master) or start copying (slave).
@@ -91,29 +113,71 @@ class Replication:
         Raises:
             RemotingListenError: a master's HA port is taken (the message names haListenPort).
         """
+        self._started = True
         if self.service is not None:
-            try:
-                await self.service.start()
-            except OSError as e:
-                raise RemotingListenError(
-                    f"cannot listen for slaves on {self.service.host}:{self.service.port}: "
-                    f"{e.strerror or e} (choose another haListenPort, or stop what holds it)"
-                ) from e
-            add_listener = getattr(self._store, "add_dispatch_listener", None)
-            if add_listener is not None:
-                service = self.service
-                add_listener(lambda _topic, _queue_id, _max_offset: service.notify_appended())
+            await self._start_service(self.service)
         if self.client is not None:
             self.client.start()
 
+    async def _start_service(self, service: HAService) -> None:
+        try:
+            await service.start()
+        except OSError as e:
+            raise RemotingListenError(
+                f"cannot listen for slaves on {service.host}:{service.port}: "
+                f"{e.strerror or e} (choose another haListenPort, or stop what holds it)"
+            ) from e
+        # A restarted service keeps its port: slaves and the name servers know it.
+        self._ha_port = service.port
+        add_listener = getattr(self._store, "add_dispatch_listener", None)
+        if add_listener is not None and not self._listening:
+            self._listening = True
+            add_listener(lambda _topic, _queue_id, _max_offset: self.notify_appended())
+
     async def stop(self) -> None:
         """Stop streaming, close connections, fail waiting sends."""
-        if self.client is not None:
-            await self.client.stop()
+        await self.stop_client()
         if self.service is not None:
             await self.service.stop()
         if self._own_client is not None:
             await self._own_client.close()
+
+    # -- role switches (broker/role.py) ---------------------------------------------------------
+
+    async def stop_client(self) -> None:
+        """Stop copying from a master (a slave becoming master); no-op on a master."""
+        client, self.client = self.client, None
+        if client is not None:
+            await client.stop()
+
+    async def run_as_master(self, role: BrokerRole) -> None:
+        """Serve slaves as a ``role`` master: stop the HA client, listen on the HA port."""
+        await self.stop_client()
+        self.role = role
+        if self.service is None:
+            self.service = self._new_service()
+            if self._started:
+                await self._start_service(self.service)
+
+    async def run_as_slave(self, master_address: str, master_ha_address: str,
+                           on_truncation: Callable[[Truncation], None]) -> None:
+        """Copy from the master at ``master_address`` / ``master_ha_address``: close the HA
+        port (failing every waiting send), then start an HA client that first reconciles
+        this log with the master's by epochs (reconcile.py)."""
+        service, self.service = self.service, None
+        if service is not None:
+            await service.stop()
+        await self.stop_client()
+        self.role = BrokerRole.SLAVE
+        reconciler = Reconciler(self._remoting_client(), self._store, self._config.broker_name,
+                                on_truncation)
+        client = HAClient(self._store, self._master_check(), self._settings, None,
+                          self._config.broker_name, tls=self._outgoing.tls,
+                          reconcile=reconciler.reconcile)
+        client.follow(master_ha_address, master_address)
+        self.client = client
+        if self._started:
+            client.start()
 
     @property
     def ha_port(self) -> int | None:

@@ -30,6 +30,7 @@ import logging
 import ssl
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tidemq.broker.ha.master import HASettings
@@ -73,11 +74,16 @@ class HAClient:
         configured_master: ``haMasterAddress`` (None: learn it from the name server).
         broker_name: for log lines.
         tls: a client TLS context to connect to the master's HA port with (None: plain TCP).
+        reconcile: for a slave made by a role switch, ``reconcile(master remoting address)``
+            run once per master before the check (reconcile.py): it truncates a divergent
+            tail; returns a refusal or None, raises MasterUnreachable to be retried. None (a
+            static slave): never truncate.
     """
 
     def __init__(self, store: ReplicaStore, check: MasterCheck, settings: HASettings,
                  configured_master: str | None = None, broker_name: str = "", *,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None,
+                 reconcile: Callable[[str], Awaitable[str | None]] | None = None) -> None:
         self._store = store
         self._tls = tls
         self._check = check
@@ -88,6 +94,8 @@ class HAClient:
             self._master = MasterAddresses(
                 configured_master, remoting_address_for(configured_master))
         self._configured = bool(configured_master)
+        self._reconcile = reconcile
+        self._reconciled_for: str | None = None
         self._master_changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -140,6 +148,15 @@ class HAClient:
             self._master = new
             self._master_changed.set()
 
+    def follow(self, ha_address: str, master_address: str) -> None:
+        """Copy from this master from now on (a role switch's decision); name-server answers
+        no longer change it."""
+        self._configured = True
+        new = MasterAddresses(ha_address, master_address)
+        if new != self._master:
+            self._master = new
+            self._master_changed.set()
+
     @property
     def master(self) -> MasterAddresses | None:
         """The master copied from (None until known)."""
@@ -153,6 +170,24 @@ class HAClient:
             if master is None:
                 await self._pause()
                 continue
+            if (self._reconcile is not None
+                    and self._reconciled_for != master.remoting_address):
+                try:
+                    problem = await self._reconcile(master.remoting_address)
+                except MasterUnreachable as e:
+                    self._note_problem(f"cannot reconcile with master: {e}", error=False)
+                    await self._pause()
+                    continue
+                except StoreError as e:
+                    self._note_problem(f"cannot truncate its divergent tail: {e}", error=True)
+                    await self._pause()
+                    continue
+                if problem is not None:
+                    self.refused = problem
+                    self._note_problem(f"refuses to copy: {problem}", error=True)
+                    await self._pause()
+                    continue
+                self._reconciled_for = master.remoting_address
             try:
                 problem = await self._check.problem(master.remoting_address)
             except MasterUnreachable as e:

@@ -1,0 +1,184 @@
+"""Role switches in one process (issue 12, broker/role.py): two brokers on file stores over
+loopback, switched by ``become_master`` / ``become_slave`` / ``fence`` and by
+NOTIFY_BROKER_ROLE_CHANGED; an old master with an unreplicated tail rejoins as a slave,
+truncates exactly that tail and ends byte-identical to the new master.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from pathlib import Path
+
+from tidemq.broker.config import BrokerRole
+from tidemq.broker.controller import BrokerController
+from tidemq.broker.ha.wire import encode_report
+from tidemq.protocol import jsonx
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.command import RemotingCommand
+from tidemq.protocol.headers import SendMessageRequestHeader
+from tidemq.remoting.client import RemotingClient
+from tidemq.store.epochs import EpochEntry
+
+HA_FAST = {"ha_send_heartbeat_interval_ms": 200, "ha_housekeeping_interval_ms": 3000}
+WAIT_S = 30.0
+
+
+def free_pair() -> int:
+    """A port p with p and p + 1 free (listenPort and its HA port)."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port + 1 >= 65536:
+            continue
+        with socket.socket() as second:
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two neighbouring free ports")
+
+
+def send_request(topic: str, body: bytes, key: str) -> RemotingCommand:
+    header = SendMessageRequestHeader(
+        producer_group="pg", topic=topic, default_topic="TBW102", default_topic_queue_nums=4,
+        queue_id=0, sys_flag=0, born_timestamp=1, flag=0,
+        properties=f"KEYS\x01{key}\x02UNIQ_KEY\x01{key}-id\x02WAIT\x01true\x02",
+    )
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(), body)
+
+
+async def until(condition, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_S
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def commit_log_files(broker: BrokerController) -> dict[str, bytes]:
+    """Every commit-log segment file of a stopped broker, whole (zeros past the end too)."""
+    directory = Path(broker.store_config.store_path_root_dir) / "commitlog"
+    return {path.name: path.read_bytes() for path in sorted(directory.iterdir())
+            if path.name.isdigit()}
+
+
+def make_pair(make_broker, role: BrokerRole = BrokerRole.ASYNC_MASTER
+              ) -> tuple[BrokerController, BrokerController]:
+    brokers = []
+    for _ in range(2):
+        brokers.append(make_broker(
+            store_kind="file", listen_port=free_pair(), broker_name="broker-r",
+            broker_role=role, store_overrides=HA_FAST))
+    return brokers[0], brokers[1]
+
+
+async def send(client: RemotingClient, broker: BrokerController, key: str) -> RemotingCommand:
+    return await client.invoke(broker.broker_address,
+                               send_request("Orders", f"body of {key}".encode() * 8, key), 5000)
+
+
+def test_an_old_master_rejoins_truncates_exactly_its_unreplicated_tail(make_broker, caplog):
+    a, b = make_pair(make_broker)
+
+    async def scenario():
+        await a.start()
+        await b.start()
+        client = RemotingClient()
+        try:
+            await a.role.become_master(1)
+            await b.role.become_slave(1, a.broker_address, a.ha_server_address, 1)
+            await until(lambda: a.role.replication.service.in_sync_slave_count() == 1,
+                        "b in sync")
+            for i in range(30):
+                response = await send(client, a, f"acked-{i}")
+                assert response.code == ResponseCode.SUCCESS, response.remark
+            await until(lambda: b.store.commit_log_max_offset() == a.store.commit_log_max_offset(),
+                        "b to catch up")
+            shared_end = a.store.commit_log_max_offset()
+            # The slave is cut off (its HA client stops as it is promoted); the old master
+            # still takes writes (an ASYNC_MASTER answers at once): its unreplicated tail.
+            await b.role.become_master(2)
+            tail = []
+            for i in range(7):
+                response = await send(client, a, f"tail-{i}")
+                assert response.code == ResponseCode.SUCCESS, response.remark
+                tail.append(f"tail-{i}-id")
+            for i in range(5):
+                response = await send(client, b, f"new-{i}")
+                assert response.code == ResponseCode.SUCCESS, response.remark
+            assert a.store.commit_log_max_offset() > shared_end
+            # The old master rejoins as a slave of the new one, through the admin request.
+            notice = RemotingCommand.request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, {
+                "masterAddress": b.broker_address, "masterEpoch": "2", "brokerId": "1",
+                "syncStateSetEpoch": "1"})
+            response = await client.invoke(a.broker_address, notice, 5000)
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            refused = await send(client, a, "to-a-slave")
+            assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+            await until(lambda: a.role.last_truncation is not None, "a to truncate")
+            await until(lambda: a.store.commit_log_max_offset() == b.store.commit_log_max_offset(),
+                        "a to catch up with b")
+            truncation = a.role.last_truncation
+            epochs_b = await client.invoke(
+                b.broker_address, RemotingCommand.request(RequestCode.GET_BROKER_EPOCH_CACHE), 5000)
+            # The dropped messages left the queues and the index; the new master's records now
+            # at the same offsets are indexed (the index was cut back and rebuilt).
+            queries = {key: len(a.store.query_messages("Orders", key, 32, 0, 1 << 62).records)
+                       for key in ("tail-3", "new-3", "acked-7")}
+            assert a.store.max_offset("Orders", 0) == b.store.max_offset("Orders", 0) == 35
+            return shared_end, tail, truncation, jsonx.loads(epochs_b.body), queries
+        finally:
+            await client.close()
+            await a.shutdown(grace_s=1.0)
+            await b.shutdown(grace_s=1.0)
+
+    with caplog.at_level(logging.WARNING, logger="tidemq.broker.role"):
+        shared_end, tail, truncation, epochs_b, queries = asyncio.run(scenario())
+    assert truncation.new_end == shared_end
+    assert truncation.count == 7
+    assert [record.msg_id for record in truncation.records] == tail
+    assert "dropped a divergent tail" in caplog.text and "tail-6-id" in caplog.text
+    files = commit_log_files(a)
+    assert files and files == commit_log_files(b)
+    assert [e["epoch"] for e in epochs_b["epochList"]] == [1, 2]
+    assert epochs_b["epochList"][1]["startOffset"] == shared_end
+    assert a.store.epochs.entries == [EpochEntry(1, 0), EpochEntry(2, shared_end)]
+    assert a.role.broker_id == 1 and a.role.is_slave
+    assert queries == {"tail-3": 0, "new-3": 1, "acked-7": 1}
+
+
+def test_fence_answers_a_waiting_send_unacknowledged_and_refuses_later_ones(make_broker):
+    a, _ = make_pair(make_broker, BrokerRole.SYNC_MASTER)
+
+    async def scenario():
+        await a.start()
+        client = RemotingClient()
+        try:
+            await a.role.become_master(1)
+            # A slave that reports once (in sync) and then never acknowledges again.
+            host, _, port = a.ha_server_address.rpartition(":")
+            _, writer = await asyncio.open_connection(host, int(port))
+            writer.write(encode_report(a.store.commit_log_max_offset()))
+            service = a.role.replication.service
+            await until(lambda: service.in_sync_slave_count() == 1, "the stub slave in sync")
+            waiting = asyncio.ensure_future(send(client, a, "in-flight"))
+            await until(lambda: len(service.waits) > 0, "the send to wait for the slave")
+            a.role.fence("lost its lease")
+            answer = await waiting
+            refused = await send(client, a, "after-fence")
+            writer.close()
+            return answer, refused
+        finally:
+            await client.close()
+            await a.shutdown(grace_s=1.0)
+
+    answer, refused = asyncio.run(scenario())
+    assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert "changed role while this send waited" in answer.remark
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert "lost its lease" in refused.remark
