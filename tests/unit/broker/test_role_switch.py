@@ -21,6 +21,17 @@ from tidemq.protocol.headers import SendMessageRequestHeader
 from tidemq.remoting.client import RemotingClient
 from tidemq.store.epochs import EpochEntry
 
+
+class FakePeer:
+    """The parts of a Connection the send handlers read."""
+
+    def __init__(self, remote_address: str = "127.0.0.1:45678") -> None:
+        self.remote_address = remote_address
+        self.attributes: dict = {}
+        self.on_close: list = []
+        self.is_closing = False
+
+
 HA_FAST = {"ha_send_heartbeat_interval_ms": 200, "ha_housekeeping_interval_ms": 3000}
 WAIT_S = 30.0
 
@@ -182,3 +193,35 @@ def test_fence_answers_a_waiting_send_unacknowledged_and_refuses_later_ones(make
     assert "changed role while this send waited" in answer.remark
     assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
     assert "lost its lease" in refused.remark
+
+
+def test_sends_stored_together_are_all_refused_when_the_master_is_demoted_meanwhile(
+        make_broker):
+    # Sends read together are stored in one append and answered one after another; the
+    # second's wait starts only after the first's. A demotion during the first wait must not
+    # let the second be answered SEND_OK by a broker that is a slave by then (the integration
+    # test caught exactly that).
+    a, other = make_pair(make_broker, BrokerRole.SYNC_MASTER)
+
+    async def scenario():
+        await a.start()
+        try:
+            await a.role.become_master(1)
+            host, _, port = a.ha_server_address.rpartition(":")
+            _, writer = await asyncio.open_connection(host, int(port))
+            writer.write(encode_report(a.store.commit_log_max_offset()))
+            service = a.role.replication.service
+            await until(lambda: service.in_sync_slave_count() == 1, "the stub slave in sync")
+            group = asyncio.ensure_future(a.send_processor.handle_group(
+                [send_request("Orders", b"x" * 50, f"g-{i}") for i in range(3)], FakePeer()))
+            await until(lambda: len(service.waits) > 0, "the first send to wait")
+            await a.role.become_slave(2, other.broker_address, other.ha_server_address, 1)
+            answers = await group
+            writer.close()
+            return answers
+        finally:
+            await a.shutdown(grace_s=1.0)
+
+    answers = asyncio.run(scenario())
+    assert [answer.code for answer in answers] == [ResponseCode.SERVICE_NOT_AVAILABLE] * 3
+    assert all("not acknowledged" in answer.remark for answer in answers)
