@@ -399,12 +399,15 @@ class BrokerController:
 
     async def _role_switched(self, role: ReplicationRole) -> None:
         # After become_master / become_slave (role.py): a slave copies its master's tables
-        # while a master does not, and the name servers learn the new brokerId (a new master
-        # is id 0; the name server drops the address's old id). Before registration started
-        # (a controller-mode broker decides its role first) its first round carries it.
+        # while a master does not, a master runs the delay timers while a slave does not
+        # (transactions' checks do not follow yet: docs/operations.md), and the name servers
+        # learn the new brokerId (a new master is id 0; the name server drops the address's
+        # old id). Before registration started (a controller-mode broker decides its role
+        # first) its first round carries it.
         if not self._started or self._stopped:
             return
         await self._follow_role_tables()
+        await self.schedule_service.follow_role()
         if self.registration.running:
             await self.registration.register_all()
 

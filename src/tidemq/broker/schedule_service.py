@@ -244,6 +244,21 @@ class ScheduleMessageService:
         await self.persist()
         if self._role.is_slave:
             return
+        self._start_timers()
+
+    async def follow_role(self) -> None:
+        """After a role switch (broker/role.py): a broker that became master starts the
+        timers (from the delay offsets it copied as a slave from the old master: a message
+        due meanwhile may be delivered twice, never lost); one that became slave stops them."""
+        if not self._started:
+            return
+        if self._role.is_slave and self._running:
+            await self.shutdown()
+        elif not self._role.is_slave and not self._running:
+            await asyncio.to_thread(self.recover_deliveries)
+            self._start_timers()
+
+    def _start_timers(self) -> None:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._running = True

@@ -225,3 +225,37 @@ def test_sends_stored_together_are_all_refused_when_the_master_is_demoted_meanwh
     answers = asyncio.run(scenario())
     assert [answer.code for answer in answers] == [ResponseCode.SERVICE_NOT_AVAILABLE] * 3
     assert all("not acknowledged" in answer.remark for answer in answers)
+
+
+def test_a_promoted_slave_takes_writes_as_sync_master_and_delivers_delayed_messages(
+        make_broker):
+    slave = make_broker(store_kind="file", listen_port=free_pair(), broker_name="broker-r",
+                        broker_role=BrokerRole.SLAVE, broker_id=1, store_overrides=HA_FAST)
+
+    async def scenario():
+        await slave.start()
+        client = RemotingClient()
+        try:
+            refused = await send(client, slave, "before")
+            await slave.role.become_master(3)
+            header = SendMessageRequestHeader(
+                producer_group="pg", topic="Orders", default_topic="TBW102",
+                default_topic_queue_nums=4, queue_id=0, sys_flag=0, born_timestamp=1, flag=0,
+                properties="DELAY\x011\x02WAIT\x01true\x02")
+            delayed = await client.invoke(slave.broker_address, RemotingCommand.request(
+                RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(), b"later"), 5000)
+            await until(lambda: slave.store.max_offset("Orders", 0) == 1,
+                        "the delayed message to be delivered")
+            config = await client.invoke(slave.broker_address, RemotingCommand.request(
+                RequestCode.GET_BROKER_CONFIG), 5000)
+            return refused, delayed, config.body.decode()
+        finally:
+            await client.close()
+            await slave.shutdown(grace_s=1.0)
+
+    refused, delayed, config = asyncio.run(scenario())
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    # No slave yet: stored on this master only, said so (never SEND_OK without a copy).
+    assert delayed.code == ResponseCode.SLAVE_NOT_AVAILABLE
+    assert "brokerRole=SYNC_MASTER" in config and "brokerId=0" in config
+    assert slave.role.epoch == 3 and slave.store.epochs.entries == [EpochEntry(3, 0)]
