@@ -112,7 +112,7 @@ steps = st.lists(st.tuples(st.sampled_from(["append", "copy", "elect"]),
                            st.integers(0, 3), st.integers(0, 6)), max_size=60)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(steps)
 def test_divergence_is_the_true_common_prefix_in_any_history(history):
     brokers = [Broker() for _ in range(4)]
