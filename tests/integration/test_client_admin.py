@@ -199,6 +199,11 @@ def test_bench_produce_and_consume_report_json_summaries(tidemq_cluster):
     summary = orjson.loads(consumed.stdout)
     assert summary["messages"] >= 2000
     assert summary["latency_ms_p50"] is not None and summary["latency_ms_p50"] >= 0
+    big_pulls = tidemq_cli("bench", "consume", "-t", "BenchIt", "-g", "BENCH_BIG_PULLS",
+                           "--count", "2000", "--pull-batch-size", "1024", "--json",
+                           namesrv=namesrv)
+    assert big_pulls.returncode == 0, big_pulls.stderr
+    assert orjson.loads(big_pulls.stdout)["messages"] >= 2000
 
     unbounded = tidemq_cli("bench", "produce", namesrv=namesrv)
     assert unbounded.returncode != 0 and "--count or --seconds" in unbounded.stderr

@@ -41,7 +41,7 @@ from tidemq.cli.client_security import (
 )
 from tidemq.client.message import Message
 from tidemq.client.producer import Producer, default_namesrv
-from tidemq.client.pull_consumer import PullConsumer
+from tidemq.client.pull_consumer import PULL_BATCH_SIZE, PullConsumer
 from tidemq.errors import TidemqError
 from tidemq.remoting.loop import run as run_on_loop
 
@@ -211,7 +211,7 @@ async def run_produce(namesrv: str, topic: str, size: int, batch: int, concurren
 
 async def run_consume(namesrv: str, topic: str, group: str, from_where: str,
                       count: int | None, seconds: float | None, latency: bool,
-                      show_progress: bool) -> Summary:
+                      show_progress: bool, pull_batch_size: int = PULL_BATCH_SIZE) -> Summary:
     """Run the consume benchmark and return its summary (see the module docstring)."""
     summary = Summary("consume", topic, 0, 0, 1)
     latencies_ms: list[float] = []
@@ -219,6 +219,7 @@ async def run_consume(namesrv: str, topic: str, group: str, from_where: str,
     bytes_total = 0
     security = current_client_security()
     async with PullConsumer(group, namesrv, consume_from=from_where, auto_commit=False,
+                            pull_batch_size=pull_batch_size,
                             credentials=security.credentials, tls=security.tls) as consumer:
         queues = await consumer.queues(topic)
         consumer.assign(queues)
@@ -356,14 +357,16 @@ def produce(namesrv: str, topic: str, size: int, batch: int, concurrency: int,
 @click.option("--count", type=int, help="Stop after this many messages.")
 @click.option("--seconds", type=float, help="Stop after this many seconds.")
 @click.option("--latency", is_flag=True, help="Report end-to-end latency from born time.")
+@click.option("--pull-batch-size", type=click.IntRange(1, 1024), default=PULL_BATCH_SIZE,
+              show_default=True, help="Messages asked for per pull request (pull_batch_size).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON line.")
 def consume(namesrv: str, topic: str, group: str, from_where: str, count: int | None,
-            seconds: float | None, latency: bool, as_json: bool) -> None:
+            seconds: float | None, latency: bool, pull_batch_size: int, as_json: bool) -> None:
     """Pull messages from every queue of a topic as fast as possible."""
     _check_bounds(count, seconds)
     try:
         summary = run_on_loop(run_consume(namesrv, topic, group, from_where, count, seconds,
-                                          latency, not as_json))
+                                          latency, not as_json, pull_batch_size))
     except (TidemqError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     _report(summary, as_json)

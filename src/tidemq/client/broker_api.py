@@ -28,12 +28,7 @@ from tidemq.protocol.headers import (
     QueryConsumerOffsetResponseHeader,
     SearchOffsetResponseHeader,
 )
-from tidemq.protocol.message import (
-    SYSFLAG_COMPRESSED,
-    SYSFLAG_COMPRESSION_TYPE_MASK,
-    SYSFLAG_COMPRESSION_ZLIB,
-    MessageExt,
-)
+from tidemq.protocol.message import MessageExt
 from tidemq.protocol.pulled_records import decode_pulled_records
 
 # PullSysFlag bits (docs/protocol.md §4.4).
@@ -172,54 +167,26 @@ def decode_messages(
     reported as an ERROR naming it (topic, queue, queue offset, msg id), so a damaged stored
     message is never handed to the application as if it were intact.
 
-    The messages' properties are parsed on first use (``protocol.pulled_records``): most
-    consumers never read them, and parsing was a quarter of the decoding.
+    One pass over the records (``protocol.pulled_records``): the CRC check, inflating and
+    ``broker_name`` happen as each record is decoded, and the fields consumers seldom read
+    (properties, hosts, timestamps, ...) are made when first read.
 
     Raises:
         RemoteProtocolError: a record is malformed, or a body does not decompress.
     """
-    messages = decode_pulled_records(body)
-    if check_crc:
-        messages = _crc_checked(messages)
-    for message in messages:
-        message.broker_name = broker_name
-        if message.sysflag & SYSFLAG_COMPRESSED:
-            _decompress(message)
+    damaged: list[MessageExt] | None = [] if check_crc else None
+    messages = decode_pulled_records(body, broker_name, damaged=damaged, decompress=True)
+    if damaged:
+        crc32 = zlib.crc32
+        for message in damaged:
+            logger.error(
+                "message %s of %s queue %d at queue offset %d is damaged: its body CRC is "
+                "%#010x but the record says %#010x; left out (the broker's store holds "
+                "damaged bytes there: run 'tidemq store check' on it)",
+                message.offset_msg_id, message.topic, message.queue_id, message.queue_offset,
+                crc32(message.body) & 0x7FFFFFFF, message.body_crc,
+            )
     return messages
-
-
-def _crc_checked(messages: list[MessageExt]) -> list[MessageExt]:
-    crc32 = zlib.crc32
-    bad = [m for m in messages if crc32(m.body) & 0x7FFFFFFF != m.body_crc]
-    if not bad:
-        return messages
-    for message in bad:
-        logger.error(
-            "message %s of %s queue %d at queue offset %d is damaged: its body CRC is "
-            "%#010x but the record says %#010x; left out (the broker's store holds damaged "
-            "bytes there: run 'tidemq store check' on it)",
-            message.offset_msg_id, message.topic, message.queue_id, message.queue_offset,
-            crc32(message.body) & 0x7FFFFFFF, message.body_crc,
-        )
-    damaged = set(map(id, bad))
-    return [m for m in messages if id(m) not in damaged]
-
-
-def _decompress(message: MessageExt) -> None:
-    compression = message.sysflag & SYSFLAG_COMPRESSION_TYPE_MASK
-    if compression not in (0, SYSFLAG_COMPRESSION_ZLIB):
-        raise RemoteProtocolError(
-            f"message {message.offset_msg_id} on {message.topic} is compressed with type "
-            f"{compression >> 8} (1 = LZ4, 2 = ZSTD); tidemq reads only zlib bodies"
-        )
-    try:
-        message.body = zlib.decompress(message.body)
-    except zlib.error as e:
-        raise RemoteProtocolError(
-            f"message {message.offset_msg_id} on {message.topic} does not decompress: {e}"
-        ) from None
-    # Cleared so that uncompressed_body() and a re-read do not decompress twice.
-    message.sysflag &= ~(SYSFLAG_COMPRESSED | SYSFLAG_COMPRESSION_TYPE_MASK)
 
 
 # -- offsets ------------------------------------------------------------------------------------

@@ -1,27 +1,38 @@
-"""Decoding a pull's records for a consumer: the properties string is parsed on first use.
+"""Decoding a pull's records for a consumer: one pass, few objects, rare fields on first use.
 
-A consumer pulls thousands of records a second and most of it never looks at a message's
-properties (it reads the body, perhaps the tags or keys). Parsing the properties string
-into a dict is the largest part of decoding a record (about a quarter of it), so a pulled
-record keeps its properties as the stored text and parses them when ``properties`` (or
-``tags``, ``keys``, ``msg_id``, ...) is first read; the result is kept, so a second read and
-a change made through ``message.properties[...] = ...`` behave as on any ``MessageExt``.
+A consumer pulls hundreds of thousands of records a second and mostly reads a message's body,
+topic, queue and offset; its properties, hosts, timestamps and the record's bookkeeping
+(sizes, CRC, commit-log offset) are read far less often. Storing seventeen fields on each of
+those objects was most of the cost of decoding a record, so a pulled record sets only the
+common ones (``topic``, ``body``, ``queue_id``, ``queue_offset``, ``broker_name``) and keeps
+the unpacked fixed part of the record and the PROPERTIES bytes; any other field is made from
+them when first read (``PulledMessageExt.__getattr__``) and then stored like any other, so a
+second read is a plain attribute read and a value a caller assigns is never overwritten.
 
-Everything else is read at once, exactly as ``message.decode_records`` reads it, and the
-checks are the same: a record that is not the common kind (v1 magic, IPv4 hosts) or whose
-sizes do not add up goes to the same field-by-field reader, which names what is wrong.
+The pass does in the same loop what a consumer needs done to each record: the body's CRC is
+checked against BODYCRC (a record that fails is set aside, never handed out as intact), a
+zlib-compressed body is inflated, ``broker_name`` is set, and a run of records of one topic
+shares one topic string.
+
+A record that is not the common kind (v1 magic, IPv4 hosts) or whose sizes do not add up goes
+to ``message``'s field-by-field reader, which names what is wrong.
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
+from tidemq.errors import RemoteProtocolError
 from tidemq.protocol.message import (
     _HOSTS_V6,
     _INT16,
     MAGIC_V1,
     RECORD_FIXED_SIZE_IPV4,
     RECORD_PREFIX_SIZE_IPV4,
+    SYSFLAG_COMPRESSED,
+    SYSFLAG_COMPRESSION_TYPE_MASK,
+    SYSFLAG_COMPRESSION_ZLIB,
     MessageExt,
     _decode_record_checked,
     _unpack_prefix_ipv4,
@@ -29,34 +40,53 @@ from tidemq.protocol.message import (
     unpack_host,
 )
 
-__all__ = ["PulledMessageExt", "decode_pulled_records"]
+__all__ = ["PulledMessageExt", "decode_pulled_records", "decompress_body"]
 
-_properties_slot = MessageExt.__dict__["properties"]  # the base class's slot descriptor
-_get_properties = _properties_slot.__get__
-_set_properties = _properties_slot.__set__
 _unpack_int16 = _INT16.unpack_from
+
+# Where each field made on first use sits in the unpacked fixed part (RECORD_PREFIX_IPV4's 17
+# values: TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG,
+# BORNTIMESTAMP, BORNHOST address, BORNHOST port, STORETIMESTAMP, STOREHOST address,
+# STOREHOST port, RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET, BODYLENGTH).
+_PREFIX_INDEX = {
+    "store_size": 0,
+    "body_crc": 2,
+    "flag": 4,
+    "physical_offset": 6,
+    "sysflag": 7,
+    "born_timestamp": 8,
+    "store_timestamp": 11,
+    "reconsume_times": 14,
+    "prepared_transaction_offset": 15,
+}
+_HOST_INDEX = {"born_host": 9, "store_host": 12}  # address; the port follows it
 
 
 class PulledMessageExt(MessageExt):
-    """A ``MessageExt`` decoded from a pull; its properties are parsed on first use.
+    """A ``MessageExt`` decoded from a pull; its less used fields are made on first read.
 
-    It is a ``MessageExt`` in every way a caller can see: the same fields, equal to a
-    ``MessageExt`` with the same values, picklable; ``properties`` is a dict once read.
+    It is a ``MessageExt`` in every way a caller can see: the same fields with the same
+    values, equal to a ``MessageExt`` with those values, picklable, and every field can be
+    read and assigned; ``properties`` is a dict once read.
     """
 
-    __slots__ = ("_properties_text",)
+    __slots__ = ("_prefix", "_properties_raw")
 
-    @property  # type: ignore[override]
-    def properties(self) -> dict[str, str]:
-        value = _get_properties(self)
-        if value is None:
-            value = decode_properties(self._properties_text)
-            _set_properties(self, value)
+    def __getattr__(self, name: str) -> Any:
+        # Called only when the slot ``name`` is unset: a field not made yet (or not a field).
+        index = _PREFIX_INDEX.get(name)
+        if index is not None:
+            value = self._prefix[index]
+        elif name == "properties":
+            value = decode_properties(str(self._properties_raw, "utf-8", "replace"))
+        elif name in _HOST_INDEX:
+            index = _HOST_INDEX[name]
+            prefix = self._prefix
+            value = unpack_host(prefix[index], prefix[index + 1])
+        else:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        setattr(self, name, value)
         return value
-
-    @properties.setter
-    def properties(self, value: dict[str, str]) -> None:
-        _set_properties(self, value)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MessageExt):
@@ -73,42 +103,52 @@ def _field_values(message: MessageExt) -> tuple[Any, ...]:
     return tuple(getattr(message, name) for name in _FIELD_NAMES)
 
 
-def decode_pulled_records(data: bytes | bytearray | memoryview) -> list[MessageExt]:
-    """All records of a pull body, in order, with lazily parsed properties (module docstring).
+def decode_pulled_records(
+    data: bytes | bytearray | memoryview,
+    broker_name: str = "",
+    *,
+    damaged: list[MessageExt] | None = None,
+    decompress: bool = False,
+) -> list[MessageExt]:
+    """All records of a pull body, in order, decoded in one pass (module docstring).
+
+    Args:
+        data: the concatenated stored records of a PULL_MESSAGE response body.
+        broker_name: set on every message (a record does not name its broker group).
+        damaged: when given, a record whose body does not match its BODYCRC is appended here
+            instead of to the result (checked on the stored bytes, before inflating).
+        decompress: inflate zlib-compressed bodies (``decompress_body``).
 
     Raises:
         RemoteProtocolError: a record is malformed or the bytes end inside one (as
-            ``message.decode_records``).
+            ``message.decode_records``), or a compressed body does not inflate.
     """
-    if type(data) is bytes:
-        return _decode(data)
-    with memoryview(data) as view:
-        return _decode(view)
-
-
-def _decode(source: bytes | memoryview) -> list[MessageExt]:
+    source = data if type(data) is bytes else bytes(data)
     messages: list[MessageExt] = []
     append = messages.append
+    check_crc = damaged is not None
+    crc32 = zlib.crc32
+    new = object.__new__
+    cls = PulledMessageExt
+    topic_bytes = b"\x00"  # TOPICLENGTH and TOPIC of the last record: an empty topic first
+    topic = ""
     position = 0
     end = len(source)
     while position < end:
-        # The fast path of message._decode_record, with the properties left as text.
         available = end - position
         if available >= RECORD_FIXED_SIZE_IPV4:
-            (
-                total, magic, crc, queue_id, flag, queue_offset, physical_offset, sysflag,
-                born_timestamp, born_address, born_port, store_timestamp, store_address,
-                store_port, reconsume_times, prepared_offset, body_length,
-            ) = _unpack_prefix_ipv4(source, position)
+            prefix = _unpack_prefix_ipv4(source, position)
+            total = prefix[0]
+            sysflag = prefix[7]
             body_start = position + RECORD_PREFIX_SIZE_IPV4
-            body_end = body_start + body_length
+            body_end = body_start + prefix[16]
             record_end = position + total
             if (
-                magic == MAGIC_V1
+                prefix[1] == MAGIC_V1
                 and not sysflag & _HOSTS_V6
                 and total <= available
-                and body_length >= 0
-                and body_end + 3 <= record_end
+                and body_start <= body_end
+                and body_end + 3 <= record_end  # so TOPICLENGTH is inside
             ):
                 topic_end = body_end + 1 + source[body_end]
                 properties_start = topic_end + 2
@@ -116,31 +156,59 @@ def _decode(source: bytes | memoryview) -> list[MessageExt]:
                     properties_start <= record_end
                     and properties_start + _unpack_int16(source, topic_end)[0] == record_end
                 ):
-                    message = PulledMessageExt(
-                        str(source[body_end + 1 : topic_end], "utf-8", "replace"),
-                        bytes(source[body_start:body_end]),
-                        flag,
-                        None,  # type: ignore[arg-type]  # parsed on first use
-                        queue_id,
-                        queue_offset,
-                        physical_offset,
-                        sysflag,
-                        born_timestamp,
-                        unpack_host(born_address, born_port),
-                        store_timestamp,
-                        unpack_host(store_address, store_port),
-                        reconsume_times,
-                        prepared_offset,
-                        crc,
-                        total,
-                    )
-                    message._properties_text = str(
-                        source[properties_start:record_end], "utf-8", "replace"
-                    )
-                    append(message)
+                    message = new(cls)
+                    body = source[body_start:body_end]
+                    message.body = body
+                    # The topic bytes are compared with the previous record's (with its
+                    # length byte), so a pull of one topic makes one topic string.
+                    if not source.startswith(topic_bytes, body_end):
+                        topic_bytes = source[body_end:topic_end]
+                        topic = str(topic_bytes[1:], "utf-8", "replace")
+                    message.topic = topic
+                    message.queue_id = prefix[3]
+                    message.queue_offset = prefix[5]
+                    message.broker_name = broker_name
+                    message._prefix = prefix
+                    message._properties_raw = source[properties_start:record_end]
                     position = record_end
+                    if check_crc and crc32(body) & 0x7FFFFFFF != prefix[2]:
+                        damaged.append(message)  # type: ignore[union-attr]
+                        continue
+                    if sysflag & SYSFLAG_COMPRESSED and decompress:
+                        decompress_body(message)
+                    append(message)
                     continue
         checked = _decode_record_checked(source, position, end)
-        append(checked)
+        checked.broker_name = broker_name
         position += checked.store_size
+        if check_crc and crc32(checked.body) & 0x7FFFFFFF != checked.body_crc:
+            damaged.append(checked)  # type: ignore[union-attr]
+            continue
+        if checked.sysflag & SYSFLAG_COMPRESSED and decompress:
+            decompress_body(checked)
+        append(checked)
     return messages
+
+
+def decompress_body(message: MessageExt) -> None:
+    """Inflate a zlib-compressed body in place and clear SYSFLAG's compression bits.
+
+    Cleared so that ``uncompressed_body()`` and a second call do not inflate twice.
+
+    Raises:
+        RemoteProtocolError: the body is compressed with LZ4 or ZSTD (not supported), or
+            does not inflate.
+    """
+    compression = message.sysflag & SYSFLAG_COMPRESSION_TYPE_MASK
+    if compression not in (0, SYSFLAG_COMPRESSION_ZLIB):
+        raise RemoteProtocolError(
+            f"message {message.offset_msg_id} on {message.topic} is compressed with type "
+            f"{compression >> 8} (1 = LZ4, 2 = ZSTD); tidemq reads only zlib bodies"
+        )
+    try:
+        message.body = zlib.decompress(message.body)
+    except zlib.error as e:
+        raise RemoteProtocolError(
+            f"message {message.offset_msg_id} on {message.topic} does not decompress: {e}"
+        ) from None
+    message.sysflag &= ~(SYSFLAG_COMPRESSED | SYSFLAG_COMPRESSION_TYPE_MASK)

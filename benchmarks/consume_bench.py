@@ -1,0 +1,135 @@
+"""One PullConsumer process reading a backlog (issue 18, "Consume"), runnable by anyone:
+
+    .venv/bin/python benchmarks/consume_bench.py [--runs 3] [--messages 300000]
+        [--pull-batch-sizes 32,1024] [--baseline-src DIR]
+
+Starts its own ``tidemq dev`` (ASYNC_FLUSH, fresh store, free loopback ports, no console or
+metrics), fills one topic with ``--messages`` x ``--size`` bytes (batches of 64), then runs
+``tidemq bench consume --from first`` over the whole backlog ``--runs`` times for each
+client variant, the variants taking turns within each run so that all see the same
+neighbours. A variant is a pull batch size (``--pull-batch-sizes``) with this checkout's
+client, and, with ``--baseline-src DIR`` (the ``src`` folder of another checkout, e.g. from
+``git archive main src | tar -x -C /tmp/base``), the same with that client code
+(``PYTHONPATH=DIR``; the broker is always this checkout's), so one run gives an A/B.
+
+For each variant it prints the median msg/s and the client's CPU µs per message (from
+``RUSAGE_CHILDREN``, less a run of ``CALIBRATION_MESSAGES`` messages, so the interpreter's
+start-up is not counted): on a shared machine the CPU per message is the steadier figure.
+The load average is printed at the start and the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from broker_bench import TIDEMQ, DevServer, children_cpu_s
+from idle import wait_process_idle
+from store_bench import machine_description
+
+CALIBRATION_MESSAGES = 256
+DEFAULT_PULL_BATCH_SIZE = 32  # PullConsumer's pull_batch_size; older clients lack the option
+QUIET = ["--consolePort", "off", "--metricsExporterType", "DISABLE"]
+
+
+def load_average() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def consume(namesrv: str, topic: str, group: str, count: int, pull_batch_size: int,
+            src: str | None) -> tuple[dict, float]:
+    """One ``tidemq bench consume`` from the first offset; its summary and CPU seconds."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = src
+    batch = ([] if pull_batch_size == DEFAULT_PULL_BATCH_SIZE
+             else ["--pull-batch-size", str(pull_batch_size)])
+    before = children_cpu_s()
+    out = subprocess.run(
+        [TIDEMQ, "bench", "consume", "-n", namesrv, "-t", topic, "-g", group, "--from",
+         "first", "--count", str(count), *batch, "--json"],
+        capture_output=True, text=True, timeout=600, check=False, env=env,
+    )
+    cpu = children_cpu_s() - before
+    if out.returncode != 0:
+        raise RuntimeError(f"tidemq bench consume failed: {out.stderr.strip()}")
+    return json.loads(out.stdout.strip().splitlines()[-1]), cpu
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--pull-batch-sizes", default=str(DEFAULT_PULL_BATCH_SIZE),
+                        help="comma-separated pull batch sizes, each a variant")
+    parser.add_argument("--baseline-src", help="src folder of the client to compare with")
+    parser.add_argument("--dir", help="parent folder of the temporary store")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    sizes = [int(size) for size in args.pull_batch_sizes.split(",")]
+    variants: list[tuple[str, int, str | None]] = [(f"this b={size}", size, None)
+                                                   for size in sizes]
+    if args.baseline_src:
+        variants += [(f"baseline b={size}", size, os.path.abspath(args.baseline_src))
+                     for size in sizes if size == DEFAULT_PULL_BATCH_SIZE]
+    load_start = load_average()
+    if not args.json:
+        print(f"machine: {machine_description()}")
+        print(f"messages {args.messages} x {args.size} B, runs {args.runs}, "
+              f"variants {[name for name, _, _ in variants]}, load average {load_start}")
+    work_dir = tempfile.mkdtemp(prefix="consume-bench-", dir=args.dir)
+    server = DevServer(work_dir, QUIET)
+    rates: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    cpus: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    try:
+        subprocess.run([TIDEMQ, "bench", "produce", "-n", server.namesrv, "-t", "Backlog",
+                        "-s", str(args.size), "-b", "64", "-c", "16", "--count",
+                        str(args.messages), "--json"],
+                       capture_output=True, text=True, timeout=900, check=True)
+        wait_process_idle(server.process.pid)
+        group = 0
+        for run in range(args.runs):
+            # Each run starts with a different variant, so none always goes first.
+            shift = run % len(variants)
+            for name, size, src in variants[shift:] + variants[:shift]:
+                group += 1
+                calibration, calibration_cpu = consume(
+                    server.namesrv, "Backlog", f"CAL_{group}", CALIBRATION_MESSAGES, size, src)
+                summary, cpu = consume(server.namesrv, "Backlog", f"BENCH_{group}",
+                                       args.messages, size, src)
+                extra = summary["messages"] - calibration["messages"]
+                rates[name].append(summary["msgs_per_s"])
+                cpus[name].append((cpu - calibration_cpu) / extra * 1e6)
+                if not args.json:
+                    print(f"  run {run + 1} {name}: {summary['msgs_per_s']:,.0f} msg/s, "
+                          f"client {cpus[name][-1]:.2f} us/msg (load {load_average()})",
+                          flush=True)
+    finally:
+        server.stop()
+        shutil.rmtree(work_dir, ignore_errors=True)
+    result = {
+        "load_average_start": load_start, "load_average_end": load_average(),
+        "variants": {name: {"msgs_per_s": rates[name], "client_cpu_us_per_msg": cpus[name],
+                            "median_msgs_per_s": statistics.median(rates[name]),
+                            "median_client_cpu_us_per_msg": statistics.median(cpus[name])}
+                     for name, _, _ in variants},
+    }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for name, figures in result["variants"].items():
+        print(f"{name}: median {figures['median_msgs_per_s']:,.0f} msg/s, client "
+              f"{figures['median_client_cpu_us_per_msg']:.2f} us/msg")
+    print(f"load average at the end {result['load_average_end']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
