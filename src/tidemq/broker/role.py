@@ -66,6 +66,8 @@ class SwitchableStore(Protocol):
 
     def replicated_confirmed_offset(self) -> int: ...
 
+    def reset_replica(self) -> None: ...
+
     def truncate_to(self, physical_offset: int) -> Truncation: ...
 
 
@@ -246,11 +248,12 @@ class ReplicationRole:
         async with self._switch_lock:
             self._check_epoch(epoch)
             store = self._switchable_store()
+            was_slave = self.is_slave
             self._begin(f"becoming master of epoch {epoch}")
             try:
                 if self.replication is not None:
                     await self.replication.stop_client()
-                await asyncio.to_thread(self._take_log_as_master, store, epoch)
+                await asyncio.to_thread(self._take_log_as_master, store, epoch, was_slave)
                 self.role = master_role
                 self.epoch = epoch
                 self.master_address = self.master_ha_address = None
@@ -279,9 +282,13 @@ class ReplicationRole:
             raise RoleSwitchError(f"a slave's brokerId must be 1 or more, not {broker_id}")
         async with self._switch_lock:
             self._check_epoch(epoch)
-            self._switchable_store()
+            store = self._switchable_store()
             self._begin(f"becoming slave of {master_addr} in epoch {epoch}")
             try:
+                if self.replication is not None:
+                    await self.replication.stop_client()  # a slave switched to another master
+                if not self.is_slave:
+                    store.reset_replica()  # its own writes are past the copy's old view
                 self.role = BrokerRole.SLAVE
                 self.epoch = epoch
                 self.master_address = master_addr
@@ -332,11 +339,11 @@ class ReplicationRole:
         self.fenced_reason = None
         self.generation += 1
 
-    def _take_log_as_master(self, store: SwitchableStore, epoch: int) -> None:
+    def _take_log_as_master(self, store: SwitchableStore, epoch: int, was_slave: bool) -> None:
         # A worker thread, writes refused. A slave's log may end inside a record (a chunk
         # cut it): cut that half back to the last whole record before appending after it.
         end = store.commit_log_max_offset()
-        confirmed = store.replicated_confirmed_offset()
+        confirmed = store.replicated_confirmed_offset() if was_slave else end
         if confirmed < end:
             self._note_truncation(store.truncate_to(confirmed))
             end = confirmed

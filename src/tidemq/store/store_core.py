@@ -521,6 +521,13 @@ class StoreCore(MessageStore):
             self._notify(topic, queue_id, max_offset)
         return confirmed
 
+    def reset_replica(self) -> None:
+        """Forget the replica's view of the log (confirmed offset, last record): a broker
+        about to copy from a master after writing as one (a role switch) starts it afresh
+        from the log as it is, every record of which is dispatched."""
+        with self._append_lock:
+            self._replica = None
+
     def replicated_confirmed_offset(self) -> int:
         """The end of the last whole replicated (or recovered) record."""
         return self._replica_of_store().confirmed_offset
@@ -620,9 +627,13 @@ class StoreCore(MessageStore):
                 f"cannot truncate the commit log to offset {physical_offset}: it holds "
                 f"offsets {low} to {end}"
             )
+        replica = self._replica
         boundary = (
             physical_offset == end
             or physical_offset % self.commit_log.file_size == 0
+            # A slave's copy past its last whole record: the master's boundaries (its bytes
+            # up to there are the master's), where no whole record may start yet.
+            or (replica is not None and physical_offset >= replica.confirmed_offset)
             or self.commit_log.read_record(physical_offset) is not None
             or self._blank_marker_at(physical_offset)
         )

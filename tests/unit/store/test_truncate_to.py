@@ -149,3 +149,18 @@ def test_sigkill_during_a_truncation_then_open_finishes_it(tmp_path, point):
     checked = subprocess.run([sys.executable, "-m", "tidemq", "store", "check", str(tmp_path)],
                              capture_output=True, text=True, timeout=120, check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_slave_cuts_a_half_copied_record_back_to_its_last_whole_one(tmp_path):
+    master = MemoryMessageStore(config(tmp_path / "m"))
+    slave = MemoryMessageStore(config(tmp_path / "s"))
+    results = fill(master, 20)
+    cut_inside = results[15].physical_offset + 40  # the chunk ends inside record 15
+    slave.append_replicated(0, master.read_commit_log(0, cut_inside))
+    slave.dispatch_replicated()
+    confirmed = slave.replicated_confirmed_offset()
+    assert confirmed == results[15].physical_offset < slave.commit_log_max_offset()
+    truncation = slave.truncate_to(confirmed)
+    assert truncation.count == 0 and truncation.dropped_bytes == 40
+    assert slave.commit_log_max_offset() == confirmed
+    assert put(slave, 99, queue_id=0).physical_offset == confirmed
