@@ -248,6 +248,11 @@ def test_a_promoted_slave_takes_writes_as_sync_master_and_delivers_delayed_messa
                         "the delayed message to be delivered")
             config = await client.invoke(slave.broker_address, RemotingCommand.request(
                 RequestCode.GET_BROKER_CONFIG), 5000)
+            # Told again (a re-election of the same broker): nothing it wrote is cut.
+            end = slave.store.commit_log_max_offset()
+            await slave.role.become_master(4)
+            assert slave.store.commit_log_max_offset() == end > 0
+            assert slave.role.last_truncation is None
             return refused, delayed, config.body.decode()
         finally:
             await client.close()
@@ -258,4 +263,6 @@ def test_a_promoted_slave_takes_writes_as_sync_master_and_delivers_delayed_messa
     # No slave yet: stored on this master only, said so (never SEND_OK without a copy).
     assert delayed.code == ResponseCode.SLAVE_NOT_AVAILABLE
     assert "brokerRole=SYNC_MASTER" in config and "brokerId=0" in config
-    assert slave.role.epoch == 3 and slave.store.epochs.entries == [EpochEntry(3, 0)]
+    assert slave.role.epoch == 4
+    assert slave.store.epochs.entries[0] == EpochEntry(3, 0)
+    assert slave.store.epochs.entries[1].epoch == 4
