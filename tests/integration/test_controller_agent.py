@@ -48,6 +48,9 @@ class FakeWaits:
     def reset_acked(self, offset: int) -> None:
         self.acked_offset = min(self.acked_offset, offset)
 
+    def acknowledge(self, offset: int) -> None:
+        self.acked_offset = max(self.acked_offset, offset)
+
 
 class FakeService:
     host, port = "127.0.0.1", 0

@@ -51,6 +51,7 @@ from tidemq.broker.client_admin import ClientAdmin
 from tidemq.broker.client_processor import ClientManageProcessor
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.consumption import ConsumptionServices
+from tidemq.broker.controller_agent import ControllerAgent
 from tidemq.broker.exactly_once.processor import ExactlyOnceProcessor
 from tidemq.broker.exactly_once.service import ExactlyOnceService
 from tidemq.broker.group_names import GroupNameChecked
@@ -112,6 +113,14 @@ class BrokerController:
     ) -> None:
         self.config = config
         self.store_config = dataclasses.replace(store_config, store_host=config.broker_address)
+        if config.enable_controller_mode:
+            # A master fenced by a lost lease stays up while every sync-state member reports
+            # on the HA stream within the fence window (controller_agent.py): slaves report
+            # at least every brokerHeartbeatInterval so those reports are fresh.
+            heartbeat_ms = min(self.store_config.ha_send_heartbeat_interval_ms,
+                               config.broker_heartbeat_interval_ms)
+            self.store_config = dataclasses.replace(
+                self.store_config, ha_send_heartbeat_interval_ms=heartbeat_ms)
         self.loop: asyncio.AbstractEventLoop | None = None
         if store is None:
             store = FileMessageStore(self.store_config)
@@ -187,6 +196,15 @@ class BrokerController:
             role=parts.role, topics=parts.topics, offsets=parts.offsets, groups=parts.groups,
             schedule=self.schedule_service, client=self.remoting_client,
         ) if parts.role.is_slave else None
+        # Controller mode (docs/failover.md): etcd decides the role; fenced until it has.
+        self.controller_agent: ControllerAgent | None = None
+        if parts.config.enable_controller_mode:
+            self.controller_agent = ControllerAgent(
+                parts.config, parts.role, parts.store, parts.identity,
+                parts.store_config.ha_max_gap_not_in_sync)
+            parts.role.fence("waiting for the controller's decision (enableControllerMode)")
+            if parts.role.replication is not None:
+                parts.role.replication.set_ack_policy(self.controller_agent.policy.ack_offset)
         # Role switches (issue 12, role.py): re-register, start or stop the table copy.
         parts.role.add_switch_listener(self._role_switched)
         self._processors = self._make_processors(parts)
@@ -292,6 +310,9 @@ class BrokerController:
             await self.transaction_service.start()
             self._tasks.append(self.loop.create_task(self._retention_loop(), name="retention"))
             self._tasks.append(self.loop.create_task(self._stats_loop(), name="broker-stats"))
+            if self.controller_agent is not None:
+                # Before registering: a broker's first registration carries its decided role.
+                await self.controller_agent.start()
             await self.registration.start()
             if self.role.is_slave or self.slave_sync is not None:
                 await self._follow_role_tables()
@@ -323,6 +344,9 @@ class BrokerController:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self.controller_agent is not None:
+            # First: fence and give the lease back, so a controller elects at once.
+            await self.controller_agent.stop()
         if self.metrics_exporter is not None:
             await self.metrics_exporter.stop()
         if self.slave_sync is not None:

@@ -375,9 +375,14 @@ class ControllerAgent:
         waits = getattr(service, "waits", None)
         if waits is not None:
             # A member that joined has not acknowledged what others did: forget the higher
-            # acknowledgement so no send counts as held by it before it says so.
-            offset = self.policy.ack_offset(self._connections())
-            waits.reset_acked(max(offset, 0) if offset is not None else waits.acked_offset)
+            # acknowledgement so no send counts as held by it before it says so; a member
+            # that left no longer holds sends back: answer those the others hold.
+            connections = self._connections()
+            offset = self.policy.ack_offset(connections)
+            if offset is None:  # the master alone: the static rule, any one slave
+                offset = max((c.acked_offset for c in connections), default=0)
+            waits.reset_acked(offset)
+            waits.acknowledge(offset)
 
     async def _keep_sync_state_set(self, view: GroupView) -> None:
         state = view.state

@@ -34,6 +34,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -113,6 +114,9 @@ class HAService:
         self._broker_name = broker_name
         self.tls = tls
         self.waits = TransferWaits()
+        # Controller mode (broker/controller_agent.py): connections -> the offset every
+        # sync-state member acknowledged (None: the static rule, any one slave).
+        self.ack_policy: Callable[[list[SlaveConnection]], int | None] | None = None
         self.connections: list[SlaveConnection] = []
         self._server: Listener | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -172,6 +176,16 @@ class HAService:
     def _wake_all(self) -> None:
         for connection in self.connections:
             connection.wake.set()
+
+    def _acknowledged(self, offset: int) -> int:
+        """What counts as acknowledged after a report of ``offset``: that offset, or with an
+        ``ack_policy`` (controller mode: every sync-state member must hold a send) the
+        policy's offset over all connections."""
+        policy = self.ack_policy
+        if policy is None:
+            return offset
+        policy_offset = policy(self.connections)
+        return offset if policy_offset is None else policy_offset
 
     def in_sync_slave_count(self) -> int:
         """Slaves no more than haMaxGapNotInSync bytes behind this master's end."""
@@ -237,7 +251,7 @@ class HAService:
                 connection.peer, self._broker_name, connection.acked_offset,
             )
         remaining = [c.acked_offset for c in self.connections if c.acked_offset >= 0]
-        self.waits.reset_acked(max(remaining, default=0))
+        self.waits.reset_acked(self._acknowledged(max(remaining, default=0)))
         if not self.connections:
             self.waits.fail_all()
 
@@ -283,7 +297,7 @@ class HAService:
         if first:
             self._start_transfer(connection, offset, end)
         self._update_sync_state(connection, end)
-        self.waits.acknowledge(offset)
+        self.waits.acknowledge(self._acknowledged(offset))
 
     def _start_transfer(self, connection: SlaveConnection, offset: int, end: int) -> None:
         start = offset

@@ -23,6 +23,7 @@ import json
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import Any
 
 from tidemq.broker.config import BrokerConfig, BrokerRole
 from tidemq.broker.ha.master import HAService, HASettings
@@ -79,6 +80,7 @@ class Replication:
         self._ha_host = ha_host
         self._ha_port = ha_port
         self.service: HAService | None = None
+        self._ack_policy: Callable[[list[Any]], int | None] | None = None
         self.client: HAClient | None = None
         self._remoting: RemotingClient | None = client
         self._own_client: RemotingClient | None = None
@@ -94,8 +96,18 @@ class Replication:
             self.service = self._new_service()
 
     def _new_service(self) -> HAService:
-        return HAService(self._store, self._ha_host, self._ha_port, self._settings,
-                         self._config.broker_name, tls=self._tls)
+        service = HAService(self._store, self._ha_host, self._ha_port, self._settings,
+                            self._config.broker_name, tls=self._tls)
+        service.ack_policy = self._ack_policy
+        return service
+
+    def set_ack_policy(self, policy: Callable[[list[Any]], int | None] | None) -> None:
+        """Controller mode: a SYNC_MASTER send is acknowledged at ``policy(connections)``
+        (the offset every sync-state member holds) instead of any one slave's offset; kept
+        across role switches."""
+        self._ack_policy = policy
+        if self.service is not None:
+            self.service.ack_policy = policy
 
     def _remoting_client(self) -> RemotingClient:
         if self._remoting is None:

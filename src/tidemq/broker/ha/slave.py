@@ -102,6 +102,7 @@ class HAClient:
         self._last_problem: str | None = None
         # What brokerStatus shows.
         self.connected = False
+        self.local_address: str | None = None  # this end of the HA connection, when connected
         self.refused: str | None = None
         self.stopped_reason: str | None = None
         self.last_read_ms = 0
@@ -241,6 +242,10 @@ class HAClient:
                     host, int(port), ssl=self._tls, server_hostname=host)
         try:
             self.connected = True
+            # Our end of the connection, the peer address the master sees: a controller-mode
+            # agent reports it so the master can tell which connection is which replica.
+            sockname = writer.get_extra_info("sockname")
+            self.local_address = f"{sockname[0]}:{sockname[1]}" if sockname else None
             log.info(
                 "slave %s connected to master %s (HA %s) at offset %d", self._broker_name,
                 master.remoting_address, master.ha_address, self._store.commit_log_max_offset(),
