@@ -55,9 +55,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for_port(port: int, timeout_s: float = 30) -> None:
+def wait_for_port(port: int, timeout_s: float = 30,
+                  process: subprocess.Popen | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the server exited ({process.returncode}) before listening")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
                 return
@@ -70,18 +73,37 @@ class DevServer:
     """A ``tidemq dev`` process on free ports with its own store; stopped by PID."""
 
     def __init__(self, work_dir: str, extra_args: list[str] | None = None):
+        # Free ports are only free when asked: a neighbour may take one (the broker also
+        # binds listenPort - 2 and listenPort + 1) before the broker does; try again.
+        for attempt in range(3):
+            try:
+                self._start(work_dir, extra_args or [])
+                return
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+
+    def _start(self, work_dir: str, extra_args: list[str]) -> None:
         self.namesrv_port = free_port()
         broker_port = free_port()
         while broker_port - 2 == self.namesrv_port:
             broker_port = free_port()
-        self.log = open(os.path.join(work_dir, "dev.log"), "wb")  # noqa: SIM115
+        log_path = os.path.join(work_dir, "dev.log")
+        self.log = open(log_path, "wb")  # noqa: SIM115
         self.process = subprocess.Popen(
             [TIDEMQ, "dev", "--namesrvPort", str(self.namesrv_port),
              "--listenPort", str(broker_port),
-             "--storePathRootDir", os.path.join(work_dir, "store"), *(extra_args or [])],
+             "--storePathRootDir", os.path.join(work_dir, "store"), *extra_args],
             stdout=self.log, stderr=subprocess.STDOUT, cwd=work_dir,
         )
-        wait_for_port(broker_port)
+        try:
+            wait_for_port(broker_port, process=self.process)
+        except RuntimeError:
+            self.stop()  # stopped by PID, never left behind
+            shutil.rmtree(os.path.join(work_dir, "store"), ignore_errors=True)
+            with open(log_path, errors="replace") as log:
+                raise RuntimeError(f"tidemq dev did not start; its log ends:\n"
+                                   f"{log.read()[-2000:]}") from None
         self.namesrv = f"127.0.0.1:{self.namesrv_port}"
         self.broker_port = broker_port
 

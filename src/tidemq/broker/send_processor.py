@@ -49,6 +49,7 @@ place in the order.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -260,11 +261,13 @@ class SendMessageProcessor:
         docstring). Never raises for bad input."""
         outcomes: list[_Stored | RemotingCommand | None] = []
         singles: list[_Single] = []
-        for request in requests:
+        for position, request in enumerate(requests):
             try:
                 header = SendMessageRequestHeader.from_ext_fields(request.ext_fields, request.code)
                 if request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
                     self._put_singles(singles, outcomes)  # the batch keeps its place in order
+                    if position:
+                        await asyncio.sleep(0)
                     outcomes.append(self._put_batch(header, request, connection))
                 else:
                     singles.append(self._prepare_single(header, request, connection, len(outcomes)))

@@ -4,10 +4,14 @@
   flush_interval_commit_log_ms; consume queues, index and checkpoint every
   flush_interval_consume_queue_ms) and once more when stopped.
 - ``GroupCommitService`` (SYNC_FLUSH): each append asks for its end offset to be synced and
-  gets a Future. The thread takes every request queued so far, syncs once up to the end of
-  the log, and completes every request at or below the synced offset, so appends that
-  arrive together share one sync. A failed sync completes its requests with
-  FLUSH_DISK_TIMEOUT (the broker's answer for "stored but not known durable").
+  gets a Future. Every request made while no sync has started yet gets the same Future (the
+  group's): the thread takes the group, syncs once up to the end of the log, and completes
+  the group's one Future, PUT_OK when the sync reached the group's highest end offset. So
+  appends that arrive together share one sync and one completion: the flush thread takes
+  the GIL once per sync to answer them, not once per append (with the event loop holding
+  the GIL for most of a busy broker's time, each of those handoffs was a wait). A failed
+  sync completes its group with FLUSH_DISK_TIMEOUT (the broker's answer for "stored but not
+  known durable").
 - ``sync_mapped_files``: what both call to sync a log (the commit log, a consume queue):
   ``fdatasync`` on each segment's file rather than ``mmap.flush``. On Linux both write the
   file's dirty pages (written through the mapping or not) and wait for the disk, but
@@ -15,7 +19,7 @@
   appender for as long as the disk takes; ``os.fdatasync`` releases it, so appends go on
   while the group commit waits.
 
-Threads: each service owns one daemon thread. The request list is guarded by the service's
+Threads: each service owns one daemon thread. The waiting group is guarded by the service's
 condition; the thread is the only one that completes futures.
 """
 
@@ -85,7 +89,9 @@ class GroupCommitService:
     def __init__(self, flush: Callable[[], int]) -> None:
         self._flush = flush
         self._condition = threading.Condition(threading.Lock())
-        self._requests: list[tuple[int, Future[PutStatus]]] = []
+        # The group waiting for the next sync: its shared Future and highest end offset.
+        self._pending: Future[PutStatus] | None = None
+        self._pending_target = 0
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="tidemq-group-commit", daemon=True)
 
@@ -95,30 +101,41 @@ class GroupCommitService:
 
     def request(self, end_offset: int) -> Future[PutStatus]:
         """A Future that resolves to PUT_OK once the log is synced to ``end_offset``
-        (FLUSH_DISK_TIMEOUT when the sync failed or the service stopped first)."""
-        future: Future[PutStatus] = Future()
+        (FLUSH_DISK_TIMEOUT when the sync failed or the service stopped first). Requests
+        made before the next sync starts share one Future (module docstring)."""
         with self._condition:
             if self._stopping:
-                future.set_result(PutStatus.FLUSH_DISK_TIMEOUT)
-                return future
-            self._requests.append((end_offset, future))
-            self._condition.notify()
-        return future
+                stopped: Future[PutStatus] = Future()
+                stopped.set_result(PutStatus.FLUSH_DISK_TIMEOUT)
+                return stopped
+            future = self._pending
+            if future is None:
+                future = self._pending = Future()
+                self._pending_target = end_offset
+                self._condition.notify()
+            elif end_offset > self._pending_target:
+                self._pending_target = end_offset
+            return future
+
+    def _take(self) -> tuple[Future[PutStatus] | None, int]:
+        # Under the condition: the waiting group, now no longer open to new requests.
+        group, target = self._pending, self._pending_target
+        self._pending = None
+        return group, target
 
     def _run(self) -> None:
         while True:
             with self._condition:
-                while not self._requests and not self._stopping:
+                while self._pending is None and not self._stopping:
                     self._condition.wait()
-                requests, self._requests = self._requests, []
+                group, target = self._take()
                 stopping = self._stopping
-            if requests:
-                self._commit(requests)
+            if group is not None:
+                self._commit(group, target)
             if stopping:
                 return
 
-    def _commit(self, requests: list[tuple[int, Future[PutStatus]]]) -> None:
-        target = max(offset for offset, _ in requests)
+    def _commit(self, group: Future[PutStatus], target: int) -> None:
         try:
             flushed = self._flush()
             passes = 1
@@ -128,9 +145,7 @@ class GroupCommitService:
         except StoreError as e:
             logger.error("group commit sync failed, answering FLUSH_DISK_TIMEOUT: %s", e)
             flushed = -1
-        for offset, future in requests:
-            durable = offset <= flushed
-            future.set_result(PutStatus.PUT_OK if durable else PutStatus.FLUSH_DISK_TIMEOUT)
+        group.set_result(PutStatus.PUT_OK if target <= flushed else PutStatus.FLUSH_DISK_TIMEOUT)
 
     def stop(self) -> None:
         """Serve the requests already queued, then stop the thread."""
@@ -140,9 +155,9 @@ class GroupCommitService:
         if self._thread.is_alive():
             self._thread.join()
         with self._condition:
-            leftover, self._requests = self._requests, []
-        if leftover:
-            self._commit(leftover)
+            leftover, target = self._take()
+        if leftover is not None:
+            self._commit(leftover, target)
 
 
 def sync_mapped_files(queue: MappedFileQueue) -> int:

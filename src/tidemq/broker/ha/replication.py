@@ -26,6 +26,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from tidemq.broker.config import BrokerConfig, BrokerRole
+from tidemq.broker.ha.flush_waits import durable_status
 from tidemq.broker.ha.master import HAService, HASettings
 from tidemq.broker.ha.master_check import MasterCheck, ReplicaStore
 from tidemq.broker.ha.reconcile import Reconciler
@@ -291,10 +292,5 @@ async def answered_status(result: PutResult, wait: bool, sync_flush_timeout_s: f
 
 
 async def _durable_status(durable: Future[PutStatus], timeout_s: float) -> PutStatus:
-    try:
-        # shield: on our timeout the store's future must not be cancelled (its flush
-        # thread completes it later).
-        async with asyncio.timeout(timeout_s + _DURABLE_WAIT_MARGIN_S):
-            return await asyncio.shield(asyncio.wrap_future(durable))
-    except TimeoutError:
-        return PutStatus.FLUSH_DISK_TIMEOUT
+    # Sends sharing one sync share one wake-up from the flush thread (flush_waits.py).
+    return await durable_status(durable, timeout_s + _DURABLE_WAIT_MARGIN_S)
