@@ -21,6 +21,7 @@ from replication_group import (
     HA_TEST_SETTINGS,
     max_offset,
     runtime,
+    store_check,
     store_dir,
     wait_caught_up,
 )
@@ -160,7 +161,6 @@ def test_switch_under_load_then_the_old_master_rejoins_byte_identical(tidemq_clu
     assert runtime(b.addr)["masterEpoch"] == "2" and runtime(a.addr)["brokerRole"] == "SLAVE"
     log = a.log_tail(400)
     line = next(text for text in log.splitlines() if "dropped a divergent tail" in text)
-    assert "(5 records" not in line or all(f"tail-{i}" in line for i in range(5))
     # Every SEND_OK message is on the new master; none twice.
     bodies = run(read_all(cluster.namesrv_addr))
     assert senders.acked <= set(bodies), sorted(senders.acked - set(bodies))[:10]
@@ -172,3 +172,6 @@ def test_switch_under_load_then_the_old_master_rejoins_byte_identical(tidemq_clu
         assert server.stop() == 0
     files = commit_log_files(a)
     assert files and files == commit_log_files(b), f"logs differ (end {end})"
+    for server in (a, b):
+        checked = store_check(server)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
