@@ -72,6 +72,14 @@ class ConsumerOffsetManager:
         self._local_commits: dict[tuple[str, str, int], int] = (
             local_commits if remember_local_commits else {})
 
+    def set_remember_local_commits(self, remember: bool) -> None:
+        """Start (a broker that became slave) or stop (one that became master: its own table
+        is the one that counts, and already holds every commit) remembering local commits."""
+        self._remember_local_commits = remember
+        if not remember and self._local_commits:
+            self._local_commits = {}
+            self._table.data_version.bump()  # saved again without them
+
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record ``group``'s next offset to consume in ``topic`` queue ``queue_id``.
 

@@ -436,6 +436,7 @@ class BrokerController:
             await self.registration.register_all()
 
     async def _follow_role_tables(self) -> None:
+        self.consumer_offset_manager.set_remember_local_commits(self.role.is_slave)
         if self.role.is_slave:
             if self.slave_sync is None:
                 parts = self.parts

@@ -142,6 +142,10 @@ def test_an_old_master_rejoins_truncates_exactly_its_unreplicated_tail(make_brok
             queries = {key: len(a.store.query_messages("Orders", key, 32, 0, 1 << 62).records)
                        for key in ("tail-3", "new-3", "acked-7")}
             assert a.store.max_offset("Orders", 0) == b.store.max_offset("Orders", 0) == 35
+            # As a slave it remembers what consumers commit to it (handed back to its master).
+            a.consumer_offset_manager.commit_offset("g", "Orders", 0, 5)
+            assert a.consumer_offset_manager.local_commits == {("g", "Orders", 0): 5}
+            assert a.slave_sync is not None
             return shared_end, tail, truncation, jsonx.loads(epochs_b.body), queries
         finally:
             await client.close()
