@@ -39,3 +39,17 @@ def wait_process_idle(pid: int | None, bound_s: float = IDLE_WAIT_BOUND_S) -> No
         now = process_cpu_s(pid)
         quiet = quiet + 1 if now - last < IDLE_CPU_SHARE * IDLE_SAMPLE_S else 0
         last = now
+
+
+def main_thread_sched_s(pid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) of process ``pid``'s main
+    thread so far, from /proc/<pid>/schedstat; (0.0, 0.0) when the kernel lacks it.
+
+    The second figure is what the machine, not the code, adds to a latency: a thread that
+    was ready to run and waited for a core because other processes held both."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as stat:
+            on_cpu_ns, waiting_ns, _ = stat.read().split()
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return int(on_cpu_ns) / 1e9, int(waiting_ns) / 1e9

@@ -63,6 +63,7 @@ async def _probe_loop_lag(lags: array, period_s: float = 0.005) -> None:
 
 
 async def _produce(args: argparse.Namespace) -> dict:
+    from idle import main_thread_sched_s
     from tidemq import Message, Producer
 
     pad = os.urandom(max(0, args.size - STAMP.size))
@@ -75,6 +76,7 @@ async def _produce(args: argparse.Namespace) -> dict:
     async with Producer(f"LAT_P_{os.getpid()}", args.namesrv) as producer:
         await producer.send(Message(args.topic, STAMP.pack(time.time_ns()) + pad))
         cpu_started = time.process_time()
+        waited_before_s = main_thread_sched_s(os.getpid())[1]
         started = time.perf_counter()
         deadline = started + args.seconds
         next_slot = [started]
@@ -100,11 +102,13 @@ async def _produce(args: argparse.Namespace) -> dict:
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
         seconds = time.perf_counter() - started
         cpu_s = time.process_time() - cpu_started
+        waited_s = main_thread_sched_s(os.getpid())[1] - waited_before_s
     probe.cancel()
     acks_ms.sort()
     return {"sent": sent[0] + 1, "errors": errors[0], "seconds": seconds,
             "ack_ms_p50": _pick(acks_ms, 0.5), "ack_ms_p99": _pick(acks_ms, 0.99),
-            "cpu_us_per_msg": cpu_s / max(1, sent[0]) * 1e6, "loop_lags": lags.tolist()}
+            "cpu_us_per_msg": cpu_s / max(1, sent[0]) * 1e6,
+            "run_queue_wait_ms_per_s": waited_s * 1000 / seconds, "loop_lags": lags.tolist()}
 
 
 async def _consume(args: argparse.Namespace) -> None:
@@ -233,8 +237,15 @@ def summarize(arrivals: array, latencies: array, to_store: array) -> dict:
                 store_windows.append(0.0)
             windows[index] = max(windows[index], latency / 1e6)
             store_windows[index] = max(store_windows[index], stored / 1e6)
+    # Where the slow ones lost their time: of the messages over 2 ms end to end, how many
+    # were already over 2 ms at the store (the send side: producer, its connection, the
+    # broker's send path) rather than after it (long-poll wake, pull answer, consumer).
+    slow = [stored for latency, stored in zip(latencies, to_store, strict=True)
+            if latency > 2_000_000]
     return {
         "received": len(ms),
+        "over_2ms": len(slow),
+        "over_2ms_late_at_store": sum(1 for stored in slow if stored > 2_000_000),
         "latency_ms_p50": _pick(ms, 0.5), "latency_ms_p99": _pick(ms, 0.99),
         "latency_ms_p999": _pick(ms, 0.999), "latency_ms_max": ms[-1] if ms else None,
         "windows_over_10ms": sum(1 for w in windows if w > 10),
@@ -287,7 +298,7 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
     per message of each process (the broker's when ``broker_pid`` is given) and the load
     average at the end.
     """
-    from idle import process_cpu_s
+    from idle import main_thread_sched_s, process_cpu_s
     topic = f"Latency_{os.getpid()}_{time.monotonic_ns()}"
     tidemq = os.path.join(os.path.dirname(sys.executable), "tidemq")
     subprocess.run([tidemq, "admin", "updateTopic", "-n", namesrv, "-c", "DefaultCluster",
@@ -299,17 +310,27 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
     consumer = subprocess.Popen(
         [*me, "--role", "consumer", "--consumer", consumer_kind, "--out", out],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    watched = {"consumer": consumer.pid}
+    if broker_pid is not None:
+        watched["broker"] = broker_pid
     try:
         assert consumer.stdout is not None and consumer.stdin is not None
         line = consumer.stdout.readline().strip()
         if line != READY_LINE:
             raise RuntimeError(f"consumer did not get ready (said {line!r})")
         broker_cpu_s = process_cpu_s(broker_pid) if broker_pid is not None else 0.0
+        waits_before = {name: main_thread_sched_s(pid)[1] for name, pid in watched.items()}
+        producer_started = time.monotonic()
         producer = subprocess.run(
             [*me, "--role", "producer", "--rate", str(rate), "--seconds", str(seconds),
              "--concurrency", str(concurrency)],
             check=True, capture_output=True, text=True, timeout=seconds + 120)
         sent = json.loads(producer.stdout.strip().splitlines()[-1])
+        producer_s = time.monotonic() - producer_started
+        run_queue_waits = {
+            f"{name}_run_queue_wait_ms_per_s":
+                (main_thread_sched_s(pid)[1] - waits_before[name]) * 1000 / producer_s
+            for name, pid in watched.items()}
         consumer.stdin.write(f"{sent['sent']}\n")
         consumer.stdin.flush()
         consumer.wait(timeout=60)
@@ -332,6 +353,7 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
     result["producer_lag_windows_ms"] = _lag_windows(sent.pop("loop_lags"), first,
                                                      len(result["window_max_ms"]))
     result.update({f"producer_{k}": v for k, v in sent.items()})
+    result.update(run_queue_waits)
     result["load_average"] = load_average()
     return result
 
@@ -370,11 +392,16 @@ def print_report(result: dict, timeline: bool) -> None:
     for number, run in enumerate(result["runs"]):
         print(f"run {number}: p50 {run['latency_ms_p50']:.2f} p99 {run['latency_ms_p99']:.2f} "
               f"p999 {run['latency_ms_p999']:.2f} max {run['latency_ms_max']:.1f} ms; "
-              f"{run['received']} received of {run['producer_sent']}; windows > 10 ms: "
+              f"{run['received']} received of {run['producer_sent']}; over 2 ms: "
+              f"{run['over_2ms']} ({run['over_2ms_late_at_store']} late at the store); "
+              f"windows > 10 ms: "
               f"{run['windows_over_10ms']}; send ack p99 {run['producer_ack_ms_p99']:.2f} ms; "
               f"CPU us/msg: broker {run.get('broker_cpu_us_per_msg', float('nan')):.0f}, "
               f"producer {run['producer_cpu_us_per_msg']:.0f}, consumer "
-              f"{run['consumer_cpu_us_per_msg']:.0f}; load {run['load_average']}")
+              f"{run['consumer_cpu_us_per_msg']:.0f}; waiting for a core, ms per s: broker "
+              f"{run.get('broker_run_queue_wait_ms_per_s', float('nan')):.0f}, producer "
+              f"{run['producer_run_queue_wait_ms_per_s']:.0f}, consumer "
+              f"{run['consumer_run_queue_wait_ms_per_s']:.0f}; load {run['load_average']}")
         if timeline:
             print(timeline_text(run))
     median = result["median"]
