@@ -225,6 +225,7 @@ class BrokerController:
             identity=parts.identity, role=parts.role, stats=parts.stats, topics=parts.topics,
             groups=parts.groups, schedule=self.schedule_service,
             transactions=self.transaction_service, exactly_once=self.exactly_once,
+            pull_holds=parts.pull_holds,
         )
         self.send_back_processor = SendBackProcessor(
             config=parts.config, store=parts.store, identity=parts.identity, role=parts.role,

@@ -12,7 +12,11 @@ instead of answering, for ``suspendTimeoutMillis`` (long polling) or ``shortPoll
   offset and schedules one pass over the woken keys on the event loop, so a burst of
   appends costs one pass. The pass re-runs each parked pull whose offset is below the new
   max; if the re-run found messages (or anything else worth saying) it is answered, and if
-  nothing matched its filter yet it stays parked;
+  nothing matched its filter yet it stays parked. The answers leave at once, not at the end
+  of the loop iteration, and a send runs the pending pass (``wake_now``) before it is
+  answered: the consumer is woken before the producer's acknowledgement goes out, so a
+  message's end-to-end path waits neither for that write nor, when cores are scarce, for
+  the producer handling it;
 - at its deadline (one loop timer per request), with whatever a final re-run says, usually
   PULL_NOT_FOUND;
 - never, when its connection closed meanwhile: it is dropped.
@@ -189,6 +193,12 @@ class PullRequestHoldService:
         elif self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._note_arrival, key, max_offset)
 
+    def wake_now(self) -> None:
+        """Run the pass scheduled by the dispatches so far now rather than later in this loop
+        iteration (loop thread only): a send calls it after storing, before it is answered."""
+        if self._pass_scheduled and self._arrivals:
+            self._wake_pass()
+
     def recheck(self) -> None:
         """Re-run every parked pull whose queue has grown past its offset (safety net)."""
         for key, waiters in list(self._parked.items()):
@@ -213,18 +223,29 @@ class PullRequestHoldService:
             self._loop.call_soon(self._wake_pass)
 
     def _wake_pass(self) -> None:
+        # Also the scheduled callback after wake_now ran the pass: then there is nothing left.
         self._pass_scheduled = False
         arrivals, self._arrivals = self._arrivals, {}
         for key, max_offset in arrivals.items():
-            for parked in list(self._parked.get(key, ())):
-                if parked.queue_offset < max_offset:
-                    self._finish(parked, PullMode.WAKE)
+            self._wake(key, max_offset)
 
-    def _finish(self, parked: ParkedPull, mode: PullMode) -> None:
-        """Re-run ``parked``; answer and unpark it unless a WAKE run says keep waiting."""
+    def _wake(self, key: str, max_offset: int) -> None:
+        """Re-run the pulls parked on ``key`` below ``max_offset``; what they answer is sent
+        now (one write per connection), not at the end of the loop iteration."""
+        answered: list[Connection] = []
+        for parked in list(self._parked.get(key, ())):
+            if (parked.queue_offset < max_offset and self._finish(parked, PullMode.WAKE)
+                    and parked.connection not in answered):
+                answered.append(parked.connection)
+        for connection in answered:
+            connection.flush()
+
+    def _finish(self, parked: ParkedPull, mode: PullMode) -> bool:
+        """Re-run ``parked``; answer and unpark it unless a WAKE run says keep waiting.
+        True when an answer was written."""
         if parked.connection.is_closing:
             self._unpark(parked)
-            return
+            return False
         try:
             response = parked.executor(parked.request, parked.connection, mode)
         except Exception as exc:
@@ -234,10 +255,9 @@ class PullRequestHoldService:
                 parked.request, ResponseCode.SYSTEM_ERROR, remark=describe_exception(exc)
             )
         if response is None and mode is PullMode.WAKE:
-            return
+            return False
         self._unpark(parked)
-        if response is not None:
-            parked.connection.send_response(response)
+        return response is not None and parked.connection.send_response(response)
 
     def _unpark(self, parked: ParkedPull) -> None:
         waiters = self._parked.get(parked.key)

@@ -99,6 +99,7 @@ if TYPE_CHECKING:
     from tidemq.broker.config import BrokerConfig
     from tidemq.broker.exactly_once.service import ExactlyOnceService
     from tidemq.broker.identity import BrokerIdentity
+    from tidemq.broker.pull_hold_service import PullRequestHoldService
     from tidemq.broker.role import ReplicationRole
     from tidemq.broker.runtime_info import BrokerStats
     from tidemq.broker.schedule_service import ScheduleMessageService
@@ -196,6 +197,7 @@ class SendMessageProcessor:
         schedule: the delay levels' count (delayed messages wait in SCHEDULE_TOPIC_XXXX).
         transactions: stores transactional sends as half messages.
         exactly_once: stores transactional batches (the exactly-once sink's) as halves.
+        pull_holds: long polls woken by what a send stored are answered before the send.
     """
 
     def __init__(
@@ -212,6 +214,7 @@ class SendMessageProcessor:
         schedule: ScheduleMessageService,
         transactions: TransactionService,
         exactly_once: ExactlyOnceService,
+        pull_holds: PullRequestHoldService | None = None,
     ) -> None:
         self._config = config
         self._store_config = store_config
@@ -224,6 +227,7 @@ class SendMessageProcessor:
         self._schedule = schedule
         self._transactions = transactions
         self._exactly_once = exactly_once
+        self._pull_holds = pull_holds
         self._random = random.Random()
 
     def register(self, server: RemotingServer) -> None:
@@ -251,6 +255,7 @@ class SendMessageProcessor:
             )
         except SendRefused as refused:
             return RemotingCommand.response_to(request, refused.code, refused.remark, ext_fields)
+        self._wake_consumers()
         return await self._respond(request, stored, ext_fields)
 
     async def handle_group(
@@ -281,12 +286,20 @@ class SendMessageProcessor:
                     request, refused.code, refused.remark, self._response_fields()
                 ))
         self._put_singles(singles, outcomes)
+        self._wake_consumers()
         responses: list[RemotingCommand | None] = []
         for request, outcome in zip(requests, outcomes, strict=True):
             if isinstance(outcome, _Stored):
                 outcome = await self._respond(request, outcome, self._response_fields())
             responses.append(outcome)
         return responses
+
+    def _wake_consumers(self) -> None:
+        # The long polls waiting for what was just stored are answered before the sends
+        # (pull_hold_service.py): the consumer's wake-up is on a message's end-to-end path,
+        # the producer's acknowledgement is not.
+        if self._pull_holds is not None:
+            self._pull_holds.wake_now()
 
     def check_send(self, header: SendMessageRequestHeader, body_length: int,
                    connection: Connection) -> TopicConfig:

@@ -283,6 +283,13 @@ class Connection(asyncio.Protocol):
         self._write(response)
         return True
 
+    def flush(self) -> None:
+        """Send the frames written so far in this loop iteration now rather than at its end
+        (they are corked until then): for a response whose peer is waiting on the critical
+        path, such as a long poll woken by a new message, so that it leaves before whatever
+        else this iteration still writes."""
+        self._flush()
+
     def close(self, reason: str = "closed by this side") -> None:
         """Close once the buffered bytes are written, or abort after ``CLOSE_LINGER_S``.
 

@@ -17,6 +17,7 @@ from tidemq.broker.pull_processor import (
 )
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
+from tidemq.protocol.headers import SendMessageRequestHeader
 from tidemq.protocol.message import iter_records
 from tidemq.remoting.client import RemotingClient
 from tidemq.store.config_tables import TopicConfig
@@ -186,6 +187,41 @@ def test_message_appended_from_another_thread_wakes_the_pull(make_broker, serve)
                 response = await pending
             assert response.code == ResponseCode.SUCCESS
             assert [m.body for m in iter_records(response.body)] == [b"threaded"]
+
+    asyncio.run(main())
+
+
+def send_request(body: bytes) -> RemotingCommand:
+    header = SendMessageRequestHeader(
+        producer_group="pg_poll", topic=TOPIC, default_topic="TBW102",
+        default_topic_queue_nums=4, queue_id=0, sys_flag=0,
+        born_timestamp=int(time.time() * 1000), flag=0, properties="",
+    )
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(v2=True),
+                                   body)
+
+
+def test_woken_pull_is_answered_before_the_send_that_woke_it(make_broker, serve):
+    # The end-to-end latency path (issue 18): the consumer's answer leaves as the message is
+    # stored, not after the producer's acknowledgement. On one connection the wire order
+    # shows it: the pull's response arrives first.
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+
+    async def main():
+        async with serve(broker) as link:
+            arrived: list[str] = []
+            pull = start_pull(link, pull_request(0, suspend_ms=60_000))
+            pull.add_done_callback(lambda _: arrived.append("pull"))
+            await wait_until(lambda: hold.parked_count == 1, "the pull parked")
+            send = asyncio.get_running_loop().create_task(link.invoke(send_request(b"wakes it")))
+            send.add_done_callback(lambda _: arrived.append("send"))
+            async with asyncio.timeout(WAIT_BOUND_S):
+                pulled, sent = await asyncio.gather(pull, send)
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            assert pulled.code == ResponseCode.SUCCESS
+            assert [m.body for m in iter_records(pulled.body)] == [b"wakes it"]
+            assert arrived == ["pull", "send"]
 
     asyncio.run(main())
 
