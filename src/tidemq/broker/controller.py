@@ -424,8 +424,8 @@ class BrokerController:
 
     async def _role_switched(self, role: ReplicationRole) -> None:
         # After become_master / become_slave (role.py): a slave copies its master's tables
-        # while a master does not, a master runs the delay timers while a slave does not
-        # (transactions' checks do not follow yet: docs/operations.md), and the name servers
+        # while a master does not, a master runs the delay timers and the transaction check
+        # while a slave does not, and the name servers
         # learn the new brokerId (a new master is id 0; the name server drops the address's
         # old id). Before registration started (a controller-mode broker decides its role
         # first) its first round carries it.
@@ -433,6 +433,7 @@ class BrokerController:
             return
         await self._follow_role_tables()
         await self.schedule_service.follow_role()
+        await self.transaction_service.follow_role()
         if self.registration.running:
             await self.registration.register_all()
 

@@ -270,3 +270,39 @@ def test_a_promoted_slave_takes_writes_as_sync_master_and_delivers_delayed_messa
     assert slave.role.epoch == 4
     assert slave.store.epochs.entries[0] == EpochEntry(3, 0)
     assert slave.store.epochs.entries[1].epoch == 4
+
+
+def test_a_promoted_slave_checks_the_half_messages_it_copied(make_broker):
+    a, _ = make_pair(make_broker)
+    b = make_broker(store_kind="file", listen_port=free_pair(), broker_name="broker-r",
+                    broker_role=BrokerRole.SLAVE, broker_id=1, store_overrides=HA_FAST)
+
+    async def scenario():
+        await a.start()
+        await b.start()
+        client = RemotingClient()
+        try:
+            await a.role.become_master(1)
+            await b.role.become_slave(1, a.broker_address, a.ha_server_address, 1)
+            header = SendMessageRequestHeader(
+                producer_group="order-tx", topic="Orders", default_topic="TBW102",
+                default_topic_queue_nums=4, queue_id=0, sys_flag=4, born_timestamp=1, flag=0,
+                properties="TRAN_MSG\x01true\x02PGROUP\x01order-tx\x02KEYS\x01o-1\x02")
+            half = await client.invoke(a.broker_address, RemotingCommand.request(
+                RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(), b"order-1"), 5000)
+            assert half.code == ResponseCode.SUCCESS, half.remark
+            await until(lambda: b.store.commit_log_max_offset() == a.store.commit_log_max_offset(),
+                        "b to copy the half")
+            before = len(b.transaction_service.progress.pending)
+            await b.role.become_master(2)
+            # Its check task scans the half queue it copied and tracks the open half.
+            await until(lambda: len(b.transaction_service.progress.pending) == 1,
+                        "the new master to track the half")
+            return before, len(b.transaction_service.progress.pending)
+        finally:
+            await client.close()
+            await a.shutdown(grace_s=1.0)
+            await b.shutdown(grace_s=1.0)
+
+    before, after = asyncio.run(scenario())
+    assert (before, after) == (0, 1)  # a slave tracks nothing; the new master checks the half

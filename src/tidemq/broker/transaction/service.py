@@ -223,7 +223,8 @@ class TransactionService:
         self.settings = settings or TransactionSettings.from_broker_config(config)
         # Public so a test can swap in a fake clock after the controller built us.
         self.clock_ms: Callable[[], int] = clock_ms or wall_clock_ms
-        self.progress = TransactionProgress(Path(config_dir) / PROGRESS_FILE_NAME)
+        self._progress_path = Path(config_dir) / PROGRESS_FILE_NAME
+        self.progress = TransactionProgress(self._progress_path)
         self.progress.prepared.copies_max_bytes = self.settings.commit_cache_bytes
         self.writer = EndWriter(self)
         self.checker = TransactionChecker(self)
@@ -271,11 +272,41 @@ class TransactionService:
             await asyncio.to_thread(self._restore_once)
         finally:
             self._ready.set()
+        self._start_tasks()
+
+    def _start_tasks(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self.batches.finish_decided(),
                                             name="exactly-once-finish"))
         self._tasks.append(loop.create_task(self.checker.run(), name="transaction-check"))
         self._tasks.append(loop.create_task(self._persist_loop(), name="transaction-progress"))
+
+    async def follow_role(self) -> None:
+        """After a role switch (broker/role.py). A broker that became master rebuilds its
+        progress from the half and op queues it holds now (copied while it was a slave;
+        ``restore`` replays the op records from its own last checkpoint, or from the start)
+        and starts the check; one that became slave stops it (its master checks)."""
+        if not self._started:
+            return
+        if self.is_slave:
+            tasks, self._tasks = self._tasks, []
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.writer.cancel_waits()
+            return
+        if self._tasks:
+            return  # a master already (a repeated become_master)
+        self.progress = TransactionProgress(self._progress_path)
+        self.progress.prepared.copies_max_bytes = self.settings.commit_cache_bytes
+        self._restored = False
+        self._started_ms = self.clock_ms()
+        self._ready.clear()
+        try:
+            await asyncio.to_thread(self._restore_once)
+        finally:
+            self._ready.set()
+        self._start_tasks()
 
     async def shutdown(self) -> None:
         """Stop the tasks, write queued ends and the checkpoint (before the store closes)."""
