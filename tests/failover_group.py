@@ -204,7 +204,8 @@ class Workload:
 
     Every send carries a new body (never a retry of an earlier one), so "no body twice in
     the log" checks the store, not the client. ``acked`` maps each SEND_OK body to
-    (monotonic ms of the answer, the store host of its offset msg id); ``received`` counts
+    (monotonic ms of the answer, the store host and physical offset of its offset msg id);
+    ``received`` counts
     what the consumer polled.
     """
 
@@ -214,7 +215,7 @@ class Workload:
         self.namesrv = namesrv
         self.lanes = lanes
         self.consume = consume
-        self.acked: dict[str, tuple[float, str]] = {}
+        self.acked: dict[str, tuple[float, str, int]] = {}
         self.failed: dict[str, str] = {}
         self.received: dict[str, int] = {}
         self._stop = threading.Event()
@@ -269,8 +270,8 @@ class Workload:
                     await asyncio.sleep(0.05)
                     continue
                 if result.status is SendStatus.SEND_OK:
-                    host = decode_offset_msg_id(result.offset_msg_id)[0]
-                    self.acked[body] = (monotonic_ms(), host)
+                    host, offset = decode_offset_msg_id(result.offset_msg_id)
+                    self.acked[body] = (monotonic_ms(), host, offset)
                 else:
                     self.failed[body] = result.status.value
 

@@ -32,7 +32,7 @@ def test_sigkill_of_the_sync_master_elects_a_new_one_that_loses_nothing(
             new_address = group.brokers[new.master_broker_id].addr
 
             def acked_by_new_master() -> list[float]:
-                return [at for at, host in list(workload.acked.values())
+                return [at for at, host, _ in list(workload.acked.values())
                         if host == new_address and at > killed_at]
 
             wait_until(lambda: len(acked_by_new_master()) >= 200, 120, 0.05,

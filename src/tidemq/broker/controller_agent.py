@@ -13,9 +13,12 @@ Theory of operation (docs/failover.md has the operator's view):
 - **Every brokerHeartbeatInterval:** renew the lease, write the report (address, HA
   address, confirmed offset = the commit log's end, epoch, and a slave's HA connection
   address), read the group and follow it: the state names this process (its brokerId *and*
-  its lease) as master -> ``become_master(epoch)`` unless already; another live master ->
-  ``become_slave`` to it unless already. A master also writes its offset to a key without a
-  lease (for the ASYNC loss window of the next election) and keeps the sync-state set.
+  its lease) as master -> ``become_master(epoch)`` unless already (then report at once);
+  another live master -> ``become_slave`` to it unless already, but only once that master's
+  report says it took the epoch (a slave reconciles against the master's epoch list, which
+  must hold the new epoch; a master that was replaced fences while it waits). A master
+  also writes its offset to a key without a lease (for the ASYNC loss window of the next
+  election) and keeps the sync-state set.
 - **Fencing.** A master whose last successful renewal is older than
   controllerHeartBeatTimeoutMills - controllerFenceMarginMills calls ``fence``: etcd ends a
   lease no earlier than its TTL after the last renewal it *received*, which is after the
@@ -304,6 +307,15 @@ class ControllerAgent:
         if view.master_alive():
             if (role.is_master or role.epoch != state.master_epoch
                     or role.master_address != state.master_address):
+                master_report = view.replicas[state.master_broker_id]
+                if master_report.role != "MASTER" or master_report.epoch != state.master_epoch:
+                    # The new master has not taken its epoch yet (its report says so once
+                    # its epoch file holds it): following now would reconcile against an
+                    # epoch list without the new epoch. Refuse writes meanwhile.
+                    if role.is_master and role.fenced_reason is None:
+                        role.fence(f"brokerId {state.master_broker_id} was elected master of "
+                                   f"epoch {state.master_epoch}")
+                    return
                 log.warning("broker %s (brokerId %d) follows master %s (brokerId %d) of epoch "
                             "%d", self.broker_name, self.broker_id, state.master_address,
                             state.master_broker_id, state.master_epoch)
@@ -341,7 +353,9 @@ class ControllerAgent:
         log.warning("broker %s (brokerId %d) becomes %s of epoch %d", self.broker_name,
                     self.broker_id, flavour.value, state.master_epoch)
         await self._role.become_master(state.master_epoch, flavour)
-        self._renewed_at = max(self._renewed_at, time.monotonic() - self.interval_s)
+        # Tell the slaves at once: they follow a master only once its report says it took
+        # the epoch (its epoch file holds it).
+        await self.store.put_report(self.broker_name, self._report(), self.lease)
         history = await self.store.history(self.broker_name)
         record = next((r for r in history if r.epoch == state.master_epoch), None)
         if record is not None and record.possible_loss_bytes:
