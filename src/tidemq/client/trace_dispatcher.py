@@ -166,12 +166,12 @@ class TraceDispatcher:
         buffer = self._buffer
         texts: list[str] = []
         keys: list[str] = []
-        seen: set[str] = set()
         body_bytes = keys_bytes = records = 0
         while buffer:
             piece = buffer[0]
-            new_keys = [k for k in piece.keys if k not in seen]
-            piece_keys_bytes = sum(len(k) + 1 for k in new_keys)
+            piece_keys = piece.keys
+            # Counted before duplicates are dropped (below): a bound, never an overrun.
+            piece_keys_bytes = sum(map(len, piece_keys)) + len(piece_keys)
             if texts and (body_bytes + len(piece.text) > self._body_bytes_max
                           or keys_bytes + piece_keys_bytes > self._keys_bytes_max):
                 break
@@ -179,10 +179,10 @@ class TraceDispatcher:
             texts.append(piece.text)
             body_bytes += len(piece.text)
             keys_bytes += piece_keys_bytes
-            seen.update(new_keys)
-            keys.extend(new_keys)
+            keys += piece_keys
             records += piece.records
-        return "".join(texts).encode(), keys, records
+        # A key twice in KEYS would cost the broker two index entries for one lookup.
+        return "".join(texts).encode(), list(dict.fromkeys(keys)), records
 
     async def _write(self, body: bytes, keys: list[str], records: int) -> None:
         try:

@@ -775,8 +775,10 @@ class IndexService:
         Raises:
             StoreError: the index file cannot be created (disk full, permissions).
         """
-        prefix = topic + "#"
-        key_hashes = [index_key_hash(prefix + key) for key in keys if key]
+        # Hashed together (index_key_hashes): a trace message carries hundreds of msg ids as
+        # keys, and one at a time they cost the broker twice as much.
+        key_list = [key for key in keys if key]
+        key_hashes = index_key_hashes(topic, key_list) if key_list else key_list
         with self._lock:
             if physical_offset <= self._last_physical_offset or not key_hashes:
                 return

@@ -122,6 +122,22 @@ def test_duplicate_keys_of_one_message_give_one_offset(tmp_path):
     assert index.query("T", "k", 32, *FOREVER) == [40]
 
 
+def test_a_message_with_many_keys_stores_each_key_s_java_hash(tmp_path):
+    # A trace message is indexed by every msg id it holds (dozens to hundreds): its keys are
+    # hashed together, and each entry must hold what one-at-a-time hashing gives, odd keys
+    # (non-ASCII, a shared head, other lengths) among them.
+    keys = [f"7F00000100002A9F0000{n:012X}" for n in range(40)] + ["bestellung-ä", "k", "x y"]
+    index = reopen(tmp_path)
+    index.put("RMQ_SYS_TRACE_TOPIC", keys, 5000, T0)
+    index.flush()
+    (path,) = index_files(tmp_path)
+    entries = read_index_file(path)["entries"][1:]
+    assert [entry[0] for entry in entries] == [
+        java_key_hash(f"RMQ_SYS_TRACE_TOPIC#{key}") for key in keys]
+    assert {entry[1] for entry in entries} == {5000}
+    assert index.query("RMQ_SYS_TRACE_TOPIC", "bestellung-ä", 4, *FOREVER) == [5000]
+
+
 def test_time_window_filters_entries(tmp_path):
     index = new_service(tmp_path)
     for n in range(5):  # one message every 10 s
