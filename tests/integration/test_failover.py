@@ -6,6 +6,8 @@ consumer running; the master is SIGKILLed.
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -63,3 +65,87 @@ def test_sigkill_of_the_sync_master_elects_a_new_one_that_loses_nothing(
         raise
     finally:
         group.stop_outside()
+
+
+def test_etcd_away_keeps_the_master_serving_and_elections_resume_after(
+        tmp_path: Path, tidemq_processes: list[ServerProcess]) -> None:
+    group = FailoverGroup.start(tmp_path, tidemq_processes, count=2)
+    try:
+        master, slave = group.brokers[1], group.brokers[2]
+        workload = Workload(group.cluster.namesrv_addr, consume=False).start()
+        try:
+            wait_until(lambda: len(workload.acked) >= 50, 120, 0.05, "50 SEND_OK")
+            group.etcd.stop()
+            # Past the fence window with etcd gone: still acknowledging, nobody switched.
+            wait_until(lambda: "keeps acknowledging" in master.log_tail(200), 60, 0.1,
+                       "the master to keep serving without etcd")
+            during = len(workload.acked)
+            wait_until(lambda: len(workload.acked) >= during + 200, 120, 0.05,
+                       "200 more SEND_OK while etcd is away")
+            assert "no election can happen while etcd is away" in master.log_tail(200)
+            assert "no election can happen while etcd is away" in slave.log_tail(200)
+            group.etcd.start()
+            wait_until(lambda: "etcd answers again" in master.log_tail(200), 60, 0.1,
+                       "the master to see etcd again")
+            state = group.state()
+            assert (state.master_broker_id, state.master_epoch) == (1, 1)
+            for server in (master, slave):
+                assert "fenced in epoch 1" not in server.log_tail(400)
+                assert "becomes SYNC_MASTER of epoch 2" not in server.log_tail(400)
+            # Elections resume.
+            master.kill(signal.SIGKILL)
+            assert group.wait_master(other_than=1).master_epoch == 2
+        finally:
+            workload.stop()
+    except BaseException:
+        print(group.log_tails())
+        raise
+    finally:
+        group.stop_outside()
+
+
+def test_a_broker_with_a_wrong_controller_addr_or_another_clusters_etcd_refuses_to_start(
+        tmp_path: Path, tidemq_processes: list[ServerProcess], free_port) -> None:
+    from etcd_server import EtcdServer
+    from failover_group import CONTROLLER_MODE_SETTINGS
+    from server_processes import TEST_BROKER_SETTINGS, option_args
+
+    etcd = EtcdServer(tmp_path / "etcd")
+    etcd.start()
+    try:
+        def start(**keys: str) -> subprocess.CompletedProcess[str]:
+            settings = {**TEST_BROKER_SETTINGS, **CONTROLLER_MODE_SETTINGS,
+                        "brokerId": "1", "brokerRole": "SYNC_MASTER", "listenPort": "0",
+                        "storePathRootDir": str(tmp_path / f"store-{len(keys)}"), **keys}
+            return subprocess.run([sys.executable, "-m", "tidemq", "broker",
+                                   *option_args(settings)], capture_output=True, text=True,
+                                  timeout=120, stdin=subprocess.DEVNULL)
+
+        nobody = f"127.0.0.1:{free_port()}"
+        wrong = start(controllerAddr=nobody)
+        assert wrong.returncode == 2, wrong.stderr
+        assert "controller mode cannot start: etcd did not answer" in wrong.stderr
+        assert f"controllerAddr={nobody}" in wrong.stderr
+        # Another cluster claimed this prefix first.
+        first = subprocess.Popen(
+            [sys.executable, "-m", "tidemq", "controller", "--controllerAddr", etcd.endpoint,
+             "--controllerEtcdPrefix", CONTROLLER_MODE_SETTINGS["controllerEtcdPrefix"],
+             "--clusterName", "ClusterA"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        try:
+            assert "Ctrl-C to stop" in first.stdout.readline()
+        finally:
+            first.terminate()
+            first.wait(20)
+            first.stdout.close()
+        other = start(controllerAddr=etcd.endpoint, brokerClusterName="ClusterB")
+        assert other.returncode == 2, other.stderr
+        assert "holds the failover data of cluster 'ClusterA'" in other.stderr
+        slave = start(controllerAddr=etcd.endpoint, brokerRole="SLAVE")
+        assert slave.returncode == 2 and "brokerRole=SLAVE with enableControllerMode" in \
+            slave.stderr
+        no_addr = start(brokerId="0", controllerAddr=etcd.endpoint)
+        assert no_addr.returncode == 2 and "brokerId=0 with enableControllerMode" in \
+            no_addr.stderr
+    finally:
+        etcd.stop()

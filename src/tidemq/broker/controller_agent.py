@@ -68,6 +68,10 @@ log = logging.getLogger("tidemq.broker.controller_agent")
 START_REQUEST_ATTEMPTS = 3
 # How often the fence watch looks at the lease's age.
 FENCE_CHECK_S = 0.05
+# While the group is between masters (the master's lease is gone, or a new master has not
+# taken its epoch yet) the agent reads etcd this often instead of every heartbeat: an
+# election is followed within this long, not within a heartbeat.
+UNSETTLED_INTERVAL_S = 0.05
 
 
 class SwitchableRole(Protocol):
@@ -167,6 +171,7 @@ class ControllerAgent:
         self._tasks: list[asyncio.Task[None]] = []
         self._failsafe_logged = False
         self._waiting_logged: str | None = None
+        self._unsettled = False  # between masters: read etcd every UNSETTLED_INTERVAL_S
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -213,7 +218,7 @@ class ControllerAgent:
 
     async def _heartbeat_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.interval_s)
+            await asyncio.sleep(UNSETTLED_INTERVAL_S if self._unsettled else self.interval_s)
             try:
                 await self._round()
                 if self._etcd_down_since is not None:
@@ -290,6 +295,7 @@ class ControllerAgent:
     # -- following the records ------------------------------------------------------------------
 
     async def _follow(self, view: GroupView) -> None:
+        self._unsettled = False
         state = view.state
         if state is None:
             await self._bootstrap(view)
@@ -315,6 +321,7 @@ class ControllerAgent:
                     if role.is_master and role.fenced_reason is None:
                         role.fence(f"brokerId {state.master_broker_id} was elected master of "
                                    f"epoch {state.master_epoch}")
+                    self._unsettled = True
                     return
                 log.warning("broker %s (brokerId %d) follows master %s (brokerId %d) of epoch "
                             "%d", self.broker_name, self.broker_id, state.master_address,
@@ -324,7 +331,8 @@ class ControllerAgent:
             self._waiting_logged = None
             return
         # The records name a master process that is gone (maybe this broker's former self):
-        # wait for a controller's election.
+        # wait for a controller's election, reporting often so it sees fresh offsets.
+        self._unsettled = True
         if role.is_master and role.fenced_reason is None:
             role.fence(f"the controller's records name another master process for epoch "
                        f"{state.master_epoch}")
