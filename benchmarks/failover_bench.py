@@ -141,7 +141,7 @@ def main() -> int:
         if not args.skip_failover:
             took = failover_rounds(base / "failover", args.rounds)
             ordered = sorted(took)
-            p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+            p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
             print(f"failover_ms over {len(took)} rounds: min {ordered[0]:.0f}, median "
                   f"{statistics.median(took):.0f}, p90 {p90:.0f}, max {ordered[-1]:.0f} "
                   f"(all: {', '.join(f'{t:.0f}' for t in took)}); {load()}")
