@@ -11,17 +11,19 @@ for that marker (>= 8 bytes), so the space left in a segment is always 0 or >= 8
 After a crash, the tail of the last segment may hold a torn record or garbage; recovery
 (recovery.py) finds the last whole record and cuts the rest.
 
-Batches are written through the file, everything is read through the mapping. An append of
-16 KiB or more is one ``os.pwrite`` of the batch's buffer at the write position; a smaller one
-(the in-memory log, and platforms without pwrite, always) copies into the mapping. Both reach
-the same page cache, so readers see the bytes through the mapping at once. Why pwrite for
-batches:
+Appends are written through the file, everything is read through the mapping: an append is
+one ``os.pwrite`` of the batch's buffer at the write position (the in-memory log, and
+platforms without pwrite, copy into the mapping instead). Both reach the same page cache, so
+readers see the bytes through the mapping at once. Why pwrite:
 - a first write to a page through the mapping takes a page fault with the GIL held, and on
   large-folio kernels that fault zero-fills whole folios of the preallocated file (measured:
   1.2 to 2.5 us of system time per 1 KiB record, against 0.3 us with pwrite);
 - pwrite releases the GIL while the kernel copies, so other appenders encode meanwhile;
 - pages dirtied through a mapping are write-protected again by each sync and fault again on
-  the next write; pages written with pwrite are not mapped writable.
+  the next write; pages written with pwrite are not mapped writable. That refault is not
+  only CPU: with the volume's journal busy (other processes syncing) it blocked the event
+  loop for ~18 ms every few seconds on single sends at 2,000 msg/s, the end-to-end tail of
+  issue 18 (benchmarks/RESULTS.md); a single put pays ~3 us more for the system call.
 The next segment is asked of the allocator (segment_allocator.py) as soon as the current one
 is in use, as RocketMQ's AllocateMappedFileService does, and each append tells it how far the
 current one is written: it warms the next one that far plus an eighth of a segment, so its cost
@@ -72,11 +74,6 @@ _pack_offsets_into = struct.Struct(">qq").pack_into  # QUEUEOFFSET, PHYSICALOFFS
 _pack_int64_into = _INT64.pack_into
 _STORE_TIMESTAMP_POSITION_IPV4 = store_timestamp_position(0)
 _HAS_PWRITE = hasattr(os, "pwrite")  # not on Windows: there appends copy into the mapping
-# Appends of at least this many bytes go through pwrite, smaller ones (a single message, say)
-# copy into the mapping: for a few KiB a system call costs more than the page faults it saves
-# (measured, 1 KiB records: single puts 19 us through the mapping, 22 us with pwrite; 64-record
-# batches 0.3 us of system time per record with pwrite, 1.2 to 2.5 us through the mapping).
-_PWRITE_BYTES_MIN = 16 * 1024
 BLANK_MARKER_SIZE = 8
 _MIN_RECORD_SIZE = 91
 
@@ -376,7 +373,7 @@ class CommitLog:
     def _write(self, mapped: MappedFile, data: bytes | bytearray | memoryview) -> None:
         """Append ``data`` at the segment's write position, through the file (see the
         module docstring); the in-memory log copies into its mapping."""
-        if mapped.path is None or not _HAS_PWRITE or len(data) < _PWRITE_BYTES_MIN:
+        if mapped.path is None or not _HAS_PWRITE:
             mapped.write(mapped.write_position, data)
             return
         writer = self._writer
@@ -395,7 +392,7 @@ class CommitLog:
 
     def write_raw(self, mapped: MappedFile, data: bytes | bytearray | memoryview) -> None:
         """Write bytes that are already records (a slave's copy of its master's log) at
-        ``mapped``'s write position, the way an append writes (through the file when large).
+        ``mapped``'s write position, the way an append writes (through the file).
 
         Raises:
             StoreError: the disk failed the write.
