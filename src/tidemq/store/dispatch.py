@@ -15,7 +15,7 @@ re-dispatching a record that is already there changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -87,7 +87,8 @@ class KeyIndex(Protocol):
 
     def delete_files_below(self, min_physical_offset: int) -> int: ...
 
-    def drop_from(self, physical_offset: int) -> int: ...
+    def drop_from(self, physical_offset: int,
+                  timestamp_at: Callable[[int], int | None] = ...) -> int: ...
 
     def close(self) -> None: ...
 

@@ -75,7 +75,7 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain, repeat
 from operator import itemgetter, mod
 from pathlib import Path
@@ -430,6 +430,52 @@ class IndexFile:
             index_count += 1
         self.index_count = index_count
 
+    def cut_entries_from(self, physical_offset: int,
+                         timestamp_at: Callable[[int], int | None]) -> int:
+        """Remove the entries of messages at or after ``physical_offset`` (the commit log was
+        truncated there), newest first, each slot pointing back to the entry its removed head
+        chained to; then write the header. Entries follow commit-log order, so the removed
+        ones are the file's last. Idempotent (a crash part way is redone from the header).
+
+        Args:
+            timestamp_at: the store time of the message at an offset (the header's new end
+                time), None when unknown (then the entry's second is used).
+        Returns:
+            How many entries were removed.
+        """
+        mapped = self._mmap
+        entries_base = self._entries_base
+        slot_num = self.max_hash_slot_num
+        number = self.index_count
+        while number > 1:
+            key_hash, entry_offset, _, previous = _ENTRY.unpack_from(
+                mapped, entries_base + (number - 1) * INDEX_ENTRY_SIZE)
+            if entry_offset < physical_offset:
+                break
+            number -= 1
+            slot_position = INDEX_HEADER_SIZE + (key_hash % slot_num) * HASH_SLOT_SIZE
+            if _unpack_slot(mapped, slot_position)[0] == number:
+                head = previous if 0 < previous < number else 0
+                _pack_slot(mapped, slot_position, head)
+                if head == 0:
+                    self.hash_slot_count = max(0, self.hash_slot_count - 1)
+        removed = self.index_count - number
+        if removed == 0:
+            return 0
+        self.index_count = number
+        if number > 1:
+            _, end_offset, time_diff_s, _ = _ENTRY.unpack_from(
+                mapped, entries_base + (number - 1) * INDEX_ENTRY_SIZE)
+            self.end_physical_offset = end_offset
+            stored = timestamp_at(end_offset)
+            self.end_timestamp_ms = (stored if stored is not None
+                                     else self.begin_timestamp_ms + time_diff_s * 1000)
+        else:
+            self.end_physical_offset = self.begin_physical_offset
+            self.end_timestamp_ms = self.begin_timestamp_ms
+        self.write_header()
+        return removed
+
     def write_header(self) -> None:
         """Store the in-memory header fields into the file's first 40 bytes."""
         _HEADER.pack_into(
@@ -722,23 +768,34 @@ class IndexService:
                 )
             return len(expired)
 
-    def drop_from(self, physical_offset: int) -> int:
-        """Delete every file holding an entry at or after ``physical_offset`` (the commit log
-        was truncated there); the caller re-indexes the records between the index's new end
-        (``last_update_physical_offset``) and the log's end. Returns how many files went.
+    def drop_from(self, physical_offset: int,
+                  timestamp_at: Callable[[int], int | None] = lambda _offset: None) -> int:
+        """Remove every entry of a message at or after ``physical_offset`` (the commit log
+        was truncated there): files holding only such entries are deleted, the file holding
+        the cut loses its entries from there on, in place (``IndexFile.cut_entries_from``),
+        so no record before the cut needs indexing again. Returns how many files went.
 
-        Entries are appended in commit-log order, so the files to delete are the newest ones.
+        Args:
+            timestamp_at: the store time of the message at an offset (for the header).
         """
         with self._flush_lock, self._lock:
             self._check_open()
             dropped = 0
-            while self._files and self._files[-1].end_physical_offset >= physical_offset:
-                index_file = self._files.pop()
+            while self._files:
+                index_file = self._files[-1]
+                whole = (index_file.begin_physical_offset >= physical_offset
+                         if not index_file.is_empty
+                         else index_file.end_physical_offset >= physical_offset)
+                if not whole:
+                    if index_file.cut_entries_from(physical_offset, timestamp_at):
+                        self._dirty.add(index_file)
+                    break
+                self._files.pop()
                 self._dirty.discard(index_file)
                 index_file.delete()
                 dropped += 1
-                log.info("deleted index file %s: it indexes records at or after offset %d, "
-                         "which a truncation removed", index_file.path, physical_offset)
+                log.info("deleted index file %s: it indexes only records at or after offset "
+                         "%d, which a truncation removed", index_file.path, physical_offset)
             self._last_physical_offset = self._indexed_end_offset()
             self._last_flushed_timestamp_ms = min(self._last_flushed_timestamp_ms,
                                                   self.last_update_timestamp_ms)

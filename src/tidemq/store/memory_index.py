@@ -10,7 +10,7 @@ Threads: one lock around every method, like IndexService.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 
 class MemoryIndex:
@@ -75,7 +75,8 @@ class MemoryIndex:
                     del self._entries[key]
         return 0
 
-    def drop_from(self, physical_offset: int) -> int:
+    def drop_from(self, physical_offset: int,
+                  timestamp_at: Callable[[int], int | None] = lambda _offset: None) -> int:
         """Forget entries at or after ``physical_offset`` (a truncation); returns 0."""
         with self._lock:
             for key in list(self._entries):

@@ -667,7 +667,7 @@ class StoreCore(MessageStore):
         for queue in self.queues.all():
             queue.truncate_from_physical(physical_offset)
         if self.index is not None:
-            self.index.drop_from(physical_offset)
+            self.index.drop_from(physical_offset, self.commit_log.store_timestamp_at)
             recovery.redispatch(self.commit_log, self.queues, self.index, self._dispatchers,
                                 self._delay_level_ms)
         self._replica = None  # its confirmed offset and last record are past the cut
