@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidemq.broker.clients import Clients
-from tidemq.broker.config import BrokerConfig, BrokerRole
+from tidemq.broker.config import BrokerConfig
 from tidemq.broker.consumer_offset_manager import ConsumerOffsetManager
 from tidemq.broker.ha.replication import Replication
 from tidemq.broker.identity import BrokerIdentity
@@ -123,14 +123,13 @@ def _replication(config: BrokerConfig, store_config: StoreConfig, store: Message
                  ) -> Replication | None:
     """The HA side of the broker: where a master listens for slaves (brokerIP2 or brokerIP1,
     haListenPort or listenPort + 1; any free port when listenPort is 0, as in tests), in the
-    broker's TLS mode; how a slave connects (its tlsClient* keys and credentials)."""
+    broker's TLS mode; how a slave connects (its tlsClient* keys and credentials). Both are
+    given whatever the configured role: a role switch (broker/role.py) makes a master of a
+    slave and a slave of a master."""
     if not isinstance(store, StoreCore):
         return None  # a store without the replication API (none in tidemq today)
     port = config.ha_listen_port
     if port is None:
         port = config.listen_port + 1 if config.listen_port else 0
-    if config.broker_role is BrokerRole.SLAVE:
-        return Replication(config, store_config, store, config.broker_ip2 or config.broker_ip1,
-                           port, outgoing=outgoing_security(config))
     return Replication(config, store_config, store, config.broker_ip2 or config.broker_ip1, port,
-                       tls=config.server_tls())
+                       tls=config.server_tls(), outgoing=outgoing_security(config))

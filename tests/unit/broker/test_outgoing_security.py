@@ -90,3 +90,35 @@ def test_secrets_are_masked_in_the_config_a_server_shows(pki):
     namesrv = load_config([NamesrvConfig], None, server_keys(pki, "permissive") | {
         "tlsServerKeyPassword": "kp-secret"})[0]
     assert current_properties(namesrv)["tlsServerKeyPassword"] == "******"
+
+
+def test_a_role_switch_keeps_the_ha_port_and_the_copy_secured(pki):
+    """Either configured role gets both settings: a slave promoted listens on an enforcing
+    HA port, a master demoted copies over TLS, signing (broker/role.py switches roles)."""
+    import asyncio
+
+    from tidemq.broker.config import BrokerRole
+    from tidemq.broker.parts import _replication
+    from tidemq.remoting.tls import TlsMode
+    from tidemq.store.memory_store import MemoryMessageStore
+
+    secured = server_keys(pki, "enforcing") | {
+        "tlsClientTrustCertPath": str(pki.ca_cert),
+        "innerClientAuthenticationCredentials": CREDENTIALS}
+
+    async def main() -> None:
+        slave_config = broker(secured | {"brokerRole": "SLAVE", "brokerId": "1"})
+        promoted = _replication(slave_config, StoreConfig(), MemoryMessageStore(StoreConfig()))
+        await promoted.run_as_master(BrokerRole.SYNC_MASTER)
+        assert promoted.service is not None and promoted.service.tls.mode is TlsMode.ENFORCING
+
+        master_config = broker(secured | {"brokerRole": "ASYNC_MASTER"})
+        demoted = _replication(master_config, StoreConfig(), MemoryMessageStore(StoreConfig()))
+        await demoted.run_as_slave("127.0.0.1:1", "127.0.0.1:2", lambda _truncation: None)
+        assert demoted.client is not None and demoted.client._tls is not None
+        check_client = demoted._remoting_client()
+        assert check_client.request_hook is not None
+        await demoted.stop()
+        await promoted.stop()
+
+    asyncio.run(main())
