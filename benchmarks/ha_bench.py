@@ -9,7 +9,8 @@ stores in a temporary directory, ASYNC_FLUSH everywhere, and measures, in this o
 - ``lag_at_2000`` (ASYNC_MASTER + a slave): a producer offers 2,000 single 1 KiB messages a
   second for ``--lag-seconds``; the slave's ``haReplicationLagMs`` (brokerStatus) gives p50 /
   p99 / max of "dispatched on the slave" minus "stored on the master" over that time (each
-  sample is the oldest record of one dispatch, an upper bound for the others in it);
+  sample is the oldest record of one dispatch, an upper bound for the others in it), and how
+  long the master's and the slave's event loops waited for a core meanwhile (ms per s);
 - ``produce_batch_async`` (the same pair): batches of 64 x ``--size``, 16 in flight, msg/s;
 - ``catch_up`` (the same master): a second slave starts from an empty disk; commit-log bytes
   copied per second from its start (ready to serve) until it holds the master's end, and per
@@ -38,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from idle import process_cpu_s, wait_process_idle
+from idle import main_thread_sched_s, process_cpu_s, wait_process_idle
 from store_bench import machine_description
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode
@@ -169,8 +170,17 @@ def one_run(args: argparse.Namespace) -> dict[str, float]:
         wait_caught_up(master, slave, 120)
         wait_process_idle(master.process.pid)
         wait_process_idle(slave.process.pid)
+        waits = {name: main_thread_sched_s(server.process.pid)[1]
+                 for name, server in (("master", master), ("slave", slave))}
+        started = time.monotonic()
         bench(namesrv, "produce", "-t", "BenchLag", "-s", "1024", "-b", "0", "-c", "16",
               "--rate", "2000", "--seconds", str(args.lag_seconds))
+        # How long each broker's event loop was ready to run and waited for a core: the
+        # machine's share of the lag, not the code's.
+        elapsed = time.monotonic() - started
+        for name, server in (("master", master), ("slave", slave)):
+            results[f"lag_{name}_core_wait_ms_per_s"] = (
+                main_thread_sched_s(server.process.pid)[1] - waits[name]) * 1000 / elapsed
         wait_caught_up(master, slave, 120)
         lag = runtime(slave.addr)["haReplicationLagMs"].split()
         results.update(lag_p50_ms=float(lag[1]), lag_p99_ms=float(lag[3]),
