@@ -18,9 +18,12 @@ as users run them:
 Latency is the consumer's wall clock when the message reaches its code (``poll`` returns it,
 or the listener is called) minus the stamp in the body: nanosecond stamps, not the
 millisecond born timestamp, so a 2 ms target can be judged. It prints p50/p99/p999/max
-per run and the median over runs, the producer's send-acknowledgement p99, the host's load
-average, and with ``--timeline`` a text plot of every run: the worst latency of each 100 ms
-window, one row per second, so a periodic stall shows as a column of spikes.
+per run and the median over runs, the producer's send-acknowledgement p99, how many of the
+messages over 2 ms were already over 2 ms at the store (the send side), each process's CPU
+per message and how long its main thread waited for a core (ms per s: the machine's share
+of the tail, not the code's), the host's load average, and with ``--timeline`` a text plot
+of every run: the worst latency of each 100 ms window, one row per second, so a periodic
+stall shows as a column of spikes.
 
 Standalone roles (``--role producer|consumer``) are how the driver runs the two processes.
 """
