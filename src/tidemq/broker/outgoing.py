@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from tidemq.broker.security_config import BrokerSecurityConfig
 from tidemq.errors import ConfigError
+from tidemq.protocol.codes import ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.signature import Signer, sign_ext_fields
 from tidemq.remoting.client import RemotingClient
@@ -79,3 +80,12 @@ def _tls_context(config: BrokerSecurityConfig) -> ssl.SSLContext:
             f"{config.tls_client_cert_path}, tlsClientKeyPath={config.tls_client_key_path}): "
             f"{exc}"
         ) from exc
+
+
+def refusal_hint(response_code: int) -> str:
+    """What to add to a broker's log line when a peer refused one of its own requests:
+    the key that fixes an ACL refusal (empty for any other code)."""
+    if response_code != ResponseCode.NO_PERMISSION:
+        return ""
+    return (" (this broker signs its own requests with innerClientAuthenticationCredentials: "
+            "give it an account of the other broker's ACL file)")

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tidemq.broker.consumer_offset_manager import KEEP_LARGER_EXT_FIELD
+from tidemq.broker.outgoing import refusal_hint
 from tidemq.errors import TidemqError
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
@@ -158,7 +159,8 @@ class SlaveSynchronizer:
             response = await self._client.invoke(
                 master, RemotingCommand.request(code), self._timeout_ms)
             if response.code != ResponseCode.SUCCESS:
-                raise TidemqError(f"it answered code {response.code}: {response.remark or ''}")
+                raise TidemqError(f"it answered code {response.code}: {response.remark or ''}"
+                                  f"{refusal_hint(response.code)}")
             outcome = apply(parse(response.body or b""))
             if asyncio.iscoroutine(outcome):
                 outcome = await outcome

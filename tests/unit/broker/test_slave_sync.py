@@ -183,3 +183,29 @@ def test_a_slave_restarted_while_its_master_is_away_still_hands_its_commits_back
     assert again.consumer_offset_manager.local_commits == {}
     saved = orjson.loads((tmp_path / "slave" / "config" / "consumerOffset.json").read_bytes())
     assert "tidemqLocalCommits" not in saved
+
+
+def test_an_acl_refusal_names_the_key_that_signs_the_slaves_requests(make_broker, caplog):
+    from tidemq.remoting.server import RemotingServer
+
+    slave = make_broker(broker_role="SLAVE", broker_id=1)
+
+    async def refuse(request: RemotingCommand, connection) -> RemotingCommand:
+        return RemotingCommand.response_to(request, ResponseCode.NO_PERMISSION,
+                                           remark="[ACL] the request is not signed")
+
+    async def scenario():
+        master = RemotingServer("127.0.0.1", [0])
+        master.register_default(refuse)
+        await master.start()
+        try:
+            slave.role.learn_master(f"127.0.0.1:{master.bound_ports[0]}", None)
+            with caplog.at_level(logging.WARNING, logger="tidemq.broker"):
+                await slave.slave_sync.sync_all()
+        finally:
+            await master.stop(grace_s=1.0)
+            await slave.remoting_client.close()
+
+    asyncio.run(scenario())
+    warnings = [r.getMessage() for r in caplog.records if "could not copy" in r.getMessage()]
+    assert warnings and all("innerClientAuthenticationCredentials" in w for w in warnings)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from tidemq.broker.outgoing import refusal_hint
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
@@ -153,7 +154,7 @@ class MasterCheck:
                 return None
             raise MasterUnreachable(
                 f"{address} answered request {code} with code {response.code}: "
-                f"{response.remark or ''}"
+                f"{response.remark or ''}{refusal_hint(response.code)}"
             )
         return response.body or b""
 
