@@ -16,6 +16,8 @@ stores in a temporary directory, ASYNC_FLUSH everywhere, and measures, in this o
   copied per second from its start (ready to serve) until it holds the master's end, and per
   CPU second of the slave and of the master (/proc/<pid>/stat), the steadier figures when
   the machine is shared: wall-clock speed is what is left of two cores after everyone else;
+  ``catch_up_readable``: the same until its dispatch is done too (dispatchBehindBytes 0: the
+  slave dispatches behind the copy, broker/ha/replica_dispatch.py);
 - ``produce_batch_sync`` (SYNC_MASTER + a slave, fresh): as produce_batch_async;
 - ``produce_batch_single`` (one ASYNC_MASTER, no slave): as produce_batch_async, the
   single-broker figure beside the replicated ones.
@@ -200,6 +202,12 @@ def one_run(args: argparse.Namespace) -> dict[str, float]:
             runtime(master.addr)["commitLogMinOffset"])
         done = wait_caught_up(master, fresh)
         results["catch_up_mb_per_s"] = copied / (done - start) / 1e6
+        deadline = time.monotonic() + 600
+        while int(runtime(fresh.addr).get("dispatchBehindBytes", "0")) > 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the fresh slave's dispatch did not finish within 600 s")
+            time.sleep(0.02)
+        results["catch_up_readable_mb_per_s"] = copied / (time.monotonic() - start) / 1e6
         results["catch_up_mb"] = copied / 1e6
         # The steadier figures on a shared machine: MB copied per CPU second of each side.
         results["catch_up_mb_per_slave_cpu_s"] = copied / 1e6 / max(

@@ -195,8 +195,10 @@ class CommitLogReplica:
 
     # -- dispatch -------------------------------------------------------------------------------
 
-    def dispatch(self) -> list[tuple[str, int, int]]:
-        """Verify and dispatch every whole record past ``confirmed_offset``.
+    def dispatch(self, max_bytes: int | None = None) -> list[tuple[str, int, int]]:
+        """Verify and dispatch every whole record past ``confirmed_offset`` (with
+        ``max_bytes``: stop at the first record boundary at least that far past it, so a
+        slave far behind can dispatch in slices).
 
         Returns:
             ``(topic, queue id, queue max offset)`` of each queue that got entries, for the
@@ -208,7 +210,7 @@ class CommitLogReplica:
         runs: list[_Run] = []
         self.dispatch_oldest_timestamp = 0
         try:
-            self._walk(runs)
+            self._walk(runs, max_bytes)
         finally:
             for run in runs:
                 self._dispatch_run(run)
@@ -219,12 +221,13 @@ class CommitLogReplica:
                 notes.append((topic, queue_id, queue.max_offset))
         return notes
 
-    def _walk(self, runs: list[_Run]) -> None:
+    def _walk(self, runs: list[_Run], max_bytes: int | None = None) -> None:
         # The hot loop of a catch-up: one struct unpack for the head, one CRC, the topic
         # from a cache, the properties parsed once. Anything else (a blank marker, a record
         # cut by the end of what arrived, a bad record) leaves the inner loop and is sorted
         # out below; inspect_record names what is wrong with a bad one.
         offset = self.confirmed_offset
+        stop_at = offset + max_bytes if max_bytes is not None else 1 << 62
         queue = self.commit_log.queue
         with_keys = self.index is not None
         delay_level_ms = self._delay_level_ms
@@ -241,7 +244,7 @@ class CommitLogReplica:
             base = mapped.file_from_offset
             written = mapped.write_position
             position = offset - base
-            while written - position >= _BLANK_MARKER_SIZE:
+            while written - position >= _BLANK_MARKER_SIZE and offset < stop_at:
                 (total, magic, crc, queue_id, _, queue_offset, stored_offset,
                  sysflag) = unpack_head(buffer, position)
                 if (magic != MAGIC_V1 or total > written - position or total < _MIN_RECORD_SIZE
@@ -300,6 +303,8 @@ class CommitLogReplica:
                 position = end
                 offset += total
                 self.confirmed_offset = offset
+            if offset >= stop_at:
+                break  # this slice is done; the next dispatch goes on from here
             remaining = written - position
             if remaining < _BLANK_MARKER_SIZE:
                 if position == file_size:  # exactly full: go on in the next segment

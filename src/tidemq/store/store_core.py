@@ -501,9 +501,10 @@ class StoreCore(MessageStore):
                 raise StoreError("the store is closed")
             return self._replica_of_store().append(physical_offset, data)
 
-    def dispatch_replicated(self) -> int:
-        """Verify and dispatch the whole records replicated so far; tell the dispatch
-        listeners; return the confirmed offset (the end of the last whole record).
+    def dispatch_replicated(self, max_bytes: int | None = None) -> int:
+        """Verify and dispatch the whole records replicated so far (with ``max_bytes``, about
+        that many bytes of them: a slice); tell the dispatch listeners; return the confirmed
+        offset (the end of the last record dispatched).
 
         Raises:
             ReplicaCorrupt: replicated bytes are no record (the message names the offset).
@@ -513,7 +514,7 @@ class StoreCore(MessageStore):
                 raise StoreError("the store is closed")
             replica = self._replica_of_store()
             try:
-                notes = replica.dispatch()
+                notes = replica.dispatch(max_bytes)
             finally:
                 self.last_dispatched_timestamp = replica.last_store_timestamp
             confirmed = replica.confirmed_offset

@@ -223,3 +223,28 @@ def test_read_chunk_stays_in_one_segment_and_says_what_is_not_there(store):
     store.run_retention(now_ms=1 << 62, disk_used_ratio=99.0)
     assert store.read_commit_log(0, 100) is None
 
+
+
+def test_dispatch_in_slices_stops_at_record_boundaries_and_ends_with_the_same_reads(pair):
+    master, slave = pair
+    rng = random.Random(21)
+    fill(master, rng, 300)
+    end = master.commit_log_max_offset()
+    offset = 0
+    while offset < end:  # copied, nothing dispatched yet
+        chunk = master.read_commit_log(offset, 32 * 1024)
+        slave.append_replicated(offset, chunk)
+        offset += len(chunk)
+    starts = {segment.file_from_offset + position  # every record's offset in the master
+              for segment, position in master.commit_log.iter_positions(0)}
+    confirmed, slices = 0, 0
+    while confirmed < end:
+        before = confirmed
+        confirmed = slave.dispatch_replicated(max_bytes=5_000)
+        slices += 1
+        assert confirmed > before
+        # At most one record (< 5 KiB here) or a segment's blank tail past the slice.
+        assert confirmed - before < 5_000 + SEGMENT_SIZE
+        assert confirmed in starts or confirmed % SEGMENT_SIZE == 0 or confirmed == end
+    assert slices > 10
+    assert_same_reads(master, slave)

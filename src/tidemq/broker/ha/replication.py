@@ -261,6 +261,8 @@ class Replication:
             table["haMasterAddress"] = master.ha_address if master else ""
             table["haClientConnected"] = "true" if client.connected else "false"
             table["haClientMaxOffset"] = str(self._store.commit_log_max_offset())
+            # Copied but not yet readable (replica_dispatch.py); RocketMQ's key.
+            table["dispatchBehindBytes"] = str(client.dispatcher.behind_bytes)
             table["haLastReadTimestamp"] = str(client.last_read_ms)
             table["haLastWriteTimestamp"] = str(client.last_write_ms)
             table["haRefused"] = client.refused or client.stopped_reason or ""

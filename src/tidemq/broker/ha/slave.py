@@ -13,13 +13,16 @@ store/replication.py):
 3. Stream: connect (with TLS when given a context: the broker's tlsClient* keys,
    broker/outgoing.py), report the commit log's max offset, then for every read: append each
    chunk at exactly its offset (a chunk at another offset than this log's end closes the
-   connection, naming both), dispatch the whole records, report the new max offset. A
-   report also goes out every haSendHeartbeatInterval; a master silent for
-   haHousekeepingInterval is dropped and the slave reconnects (after ``RETRY_S``).
-4. Bytes that are no record (``ReplicaCorrupt``) stop the client for good: the slave
-   serves what it had and says so in its log; a restart runs recovery over them.
+   connection, naming both), report the new max offset, and wake the dispatch
+   (replica_dispatch.py), which makes the whole records readable behind the copy, in
+   slices, as RocketMQ's ReputMessageService does. A report also goes out every
+   haSendHeartbeatInterval; a master silent for haHousekeepingInterval is dropped and the
+   slave reconnects (after ``RETRY_S``).
+4. Bytes that are no record (``ReplicaCorrupt``, found by the dispatch) stop the client for
+   good: the slave serves what it had and says so in its log; a restart runs recovery over
+   them.
 
-Owner: the event loop. Store calls are quick in-memory writes and run on it.
+Owner: the event loop. Store calls are quick writes (pwrite) and run on it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 
 from tidemq.broker.ha.master import HASettings
 from tidemq.broker.ha.master_check import MasterCheck, MasterUnreachable, ReplicaStore
+from tidemq.broker.ha.replica_dispatch import ReplicaDispatcher
 from tidemq.broker.ha.wire import ChunkDecoder, encode_report
 from tidemq.errors import RemoteProtocolError, StoreError
 from tidemq.store.replication import ReplicaCorrupt, ReplicaMismatch
@@ -112,21 +116,25 @@ class HAClient:
         # ms from a record's store time on the master to its dispatch here, the oldest record
         # of each dispatch (an upper bound for the others it carried).
         self.lag_samples_ms: deque[int] = deque(maxlen=LAG_SAMPLES_MAX)
+        self.dispatcher = ReplicaDispatcher(store, self.lag_samples_ms)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start copying in the background (returns at once)."""
         self._task = asyncio.get_running_loop().create_task(self._run(), name="tidemq-ha-client")
+        self.dispatcher.start()
 
     async def stop(self) -> None:
-        """Stop copying and close the connection."""
+        """Stop copying and close the connection; every whole record copied is dispatched
+        when it returns."""
         self._stopping = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self.dispatcher.stop()
 
     def lag_percentiles_ms(self) -> tuple[int, int, int]:
         """(p50, p99, max) of the recent replication-lag samples (zeros without any)."""
@@ -173,6 +181,8 @@ class HAClient:
                 continue
             if (self._reconcile is not None
                     and self._reconciled_for != master.remoting_address):
+                # A truncation must find every copied record dispatched (replica_dispatch.py).
+                await self.dispatcher.settle()
                 try:
                     problem = await self._reconcile(master.remoting_address)
                 except MasterUnreachable as e:
@@ -268,6 +278,8 @@ class HAClient:
         last_read = time.monotonic()
         last_read_ms_before = self.last_read_ms
         while not self._stopping:
+            if self.dispatcher.failure is not None:
+                raise self.dispatcher.failure
             try:
                 async with asyncio.timeout(settings.heartbeat_interval_s):
                     data = await reader.read(_READ_SIZE)
@@ -306,10 +318,7 @@ class HAClient:
                 store.append_replicated(chunk.offset, chunk.data)
                 wrote = True
             if wrote:
-                store.dispatch_replicated()
-                oldest = store.replicated_oldest_timestamp()
-                if oldest:
-                    self.lag_samples_ms.append(max(0, int(time.time() * 1000) - oldest))
+                self.dispatcher.wake()
                 self._report(writer)
             elif (now * 1000 - self._last_report_monotonic_ms
                   >= settings.heartbeat_interval_s * 1000):
