@@ -263,3 +263,20 @@ def test_filter_servers_appear_in_the_route():
     assert manager.topic_route("Orders").filter_server_table == {MASTER_A: ["10.0.0.1:9999"]}
     register(manager, registration=body(2, "Orders"))
     assert manager.topic_route("Orders").filter_server_table == {}
+
+
+def test_a_failover_moves_brokerid_0_and_the_demoted_master_registers_as_a_slave(caplog):
+    manager = RouteInfoManager()
+    register(manager, registration=body(1, "Orders"))
+    register(manager, SLAVE_A, broker_id=1, registration=body(1, "Orders"))
+    with caplog.at_level("INFO", logger="tidemq.namesrv"):
+        register(manager, SLAVE_A, broker_id=0, registration=body(2, "Orders"))  # promoted
+    assert "broker-a: master address change from 10.0.0.1:10911 to 10.0.0.2:10911" in (
+        caplog.text)
+    # The promoted slave is listed once (its old id went), as brokerId 0, which clients write to.
+    assert manager.topic_route("Orders").broker_datas[0].broker_addrs == {0: SLAVE_A}
+    # The old master comes back as a slave with its own id and learns its new master.
+    result = register(manager, MASTER_A, broker_id=1, registration=body(1, "Orders"))
+    assert result.master_addr == SLAVE_A
+    assert manager.topic_route("Orders").broker_datas[0].broker_addrs == {0: SLAVE_A,
+                                                                          1: MASTER_A}
