@@ -12,6 +12,7 @@ connection kept open.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -29,6 +30,20 @@ from server_processes import (
 )
 from tidemq.protocol.command import RemotingCommand
 from tls_certs import Pki, make_test_pki
+
+
+def _interrupt_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"pytest got signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A SIGTERM (a CI timeout, ``kill`` of the run) ends the run as Ctrl-C does.
+
+    Servers run in sessions of their own (a terminal's Ctrl-C is for pytest), so they outlive
+    a pytest that dies by the default SIGTERM action; raised as KeyboardInterrupt instead, the
+    fixtures' teardowns still stop every server by the PID they started.
+    """
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
 
 
 @pytest.fixture
