@@ -16,10 +16,12 @@ IDLE_SAMPLE_S = 0.5  # ...for two intervals this long...
 IDLE_WAIT_BOUND_S = 60.0  # ...waiting at most this long.
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (0.0 when /proc lacks it)."""
+def process_cpu_s(pid: int, *, thread: int | None = None) -> float:
+    """User + system CPU seconds of process ``pid`` (or of its thread ``thread``) so far
+    (0.0 when /proc lacks it)."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
-        with open(f"/proc/{pid}/stat") as stat:
+        with open(path) as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0

@@ -377,6 +377,9 @@ class SendMessageProcessor:
                 f"and {topic_config.read_queue_nums} read queues (producer "
                 f"{connection.remote_address}); refresh the topic route",
             )
+        # A written topic's other queues get their files made in the background, so their
+        # first messages do not create files here (store/queue_file_preparer.py).
+        self._store.prepare_queue_files(topic, topic_config.write_queue_nums)
         return topic_config
 
     def _find_or_create_topic(

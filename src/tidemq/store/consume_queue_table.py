@@ -113,7 +113,8 @@ class ConsumeQueueTable:
             self._queues.pop(key).destroy()
         if self.directory is not None:
             topic_dir = os.path.join(self.directory, topic)
-            if doomed and os.path.isdir(topic_dir):
+            # Also when no queue was written: files made ahead (queue_file_preparer.py).
+            if os.path.isdir(topic_dir):
                 shutil.rmtree(topic_dir, ignore_errors=True)
         logger.info("deleted %d consume queues of topic %s", len(doomed), topic)
         return len(doomed)

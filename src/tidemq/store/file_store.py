@@ -19,6 +19,8 @@ Threads and the state they own (see store_core.py for appends and reads):
   checkpoint's logics and index times and syncs the checkpoint;
 - "tidemq-segment-allocator": creates and warms the next commit-log segment
   (segment_allocator.py); it never touches a segment in the log's list;
+- "tidemq-queue-file-preparer": makes the first files of a written topic's queues ahead of
+  their first messages (queue_file_preparer.py); it never touches a queue the store holds;
 - retention runs on whichever thread calls ``run_retention`` (the broker's timer).
 """
 
@@ -39,6 +41,7 @@ from tidemq.store.disk_space import DiskSpaceGuard
 from tidemq.store.epochs import EpochFile
 from tidemq.store.flush import GroupCommitService, PeriodicFlusher
 from tidemq.store.index_file import IndexService
+from tidemq.store.queue_file_preparer import QueueFilePreparer
 from tidemq.store.retention import disk_used_ratio
 from tidemq.store.segment_allocator import SegmentAllocator
 from tidemq.store.store_core import StoreCore
@@ -74,6 +77,7 @@ class FileMessageStore(StoreCore):
         self._lock_file.acquire()
         self._flushers: list[PeriodicFlusher] = []
         self._allocator: SegmentAllocator | None = None
+        self._queue_files: QueueFilePreparer | None = None
         self._flush_lock = threading.Lock()
         self.checkpoint: StoreCheckpoint | None = None
         self._opened: list[CommitLog | ConsumeQueueTable | IndexService] = []
@@ -137,8 +141,25 @@ class FileMessageStore(StoreCore):
             commit_log.allocator = self._allocator
             self._allocator.start()
             commit_log.request_next_segment()
+        self._queue_files = QueueFilePreparer(
+            os.path.join(root, CONSUME_QUEUE_DIR), config.mapped_file_size_consume_queue,
+            lambda topic, queue_id: queues.get(topic, queue_id) is not None,
+        )
         self._start_flush_services()
         self._opened = []
+
+    # -- queues ---------------------------------------------------------------------------------
+
+    def prepare_queue_files(self, topic: str, queue_count: int) -> None:
+        """See ``MessageStore.prepare_queue_files``."""
+        if self._queue_files is not None:
+            self._queue_files.request(topic, queue_count)
+
+    def delete_topic(self, topic: str) -> None:
+        """See ``MessageStore.delete_topic``; files being made ahead for it are dropped first."""
+        if self._queue_files is not None:
+            self._queue_files.forget(topic)
+        super().delete_topic(topic)
 
     # -- flushing -------------------------------------------------------------------------------
 
@@ -213,6 +234,8 @@ class FileMessageStore(StoreCore):
                 flusher.stop()
             if self._allocator is not None:
                 self._allocator.close()
+            if self._queue_files is not None:
+                self._queue_files.close()
             self.flush()
             clean = True
         except StoreError as e:

@@ -306,6 +306,11 @@ class MessageStore(abc.ABC):
         It runs on the appending thread after the append lock is released; keep it short.
         """
 
+    def prepare_queue_files(self, topic: str, queue_count: int) -> None:  # noqa: B027
+        """Make, in the background, the first files of ``topic``'s queues 0 .. queue_count-1
+        that have none, so their first messages do not create files on the caller's thread
+        (queue_file_preparer.py). Cheap to call on every send; nothing to do in memory."""
+
     @abc.abstractmethod
     def delete_topic(self, topic: str) -> None:
         """Forget the topic's consume queues (its records stay in the commit log until they

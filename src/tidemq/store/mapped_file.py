@@ -135,6 +135,8 @@ class MappedFile:
             reserve_chunk: reserve only this many bytes now (and later ones with
                 ``reserve``, in steps of it); None reserves the whole file.
 
+        The directory is made when missing.
+
         Raises:
             StoreFull: the volume has no room for ``file_size`` bytes.
             StoreError: the file cannot be created or mapped (it names the path and errno).
@@ -142,6 +144,7 @@ class MappedFile:
         path = os.path.join(directory, file_name(file_from_offset))
         if reserve_chunk is not None and reserve_chunk < file_size and not exclusive:
             return cls._create_chunked(path, file_from_offset, file_size, reserve_chunk)
+        _make_directory(directory)
         temporary = f"{path}.{os.getpid()}.{threading.get_ident()}{TEMPORARY_SUFFIX}"
         try:
             fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -176,11 +179,18 @@ class MappedFile:
         # Made in place, sized sparse with one page reserved and warmed: a new consume queue
         # costs one file creation and a few system calls. A crash before the ftruncate leaves
         # a short file, which loading extends (the queue is then rebuilt from the log).
+        reserved = min(PAGE_SIZE, file_size)
+        prepared = _open_prepared(path, file_size, file_from_offset, reserved, reserve_chunk)
+        if prepared is not None:
+            return prepared
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            except FileNotFoundError:  # a new queue: its directory first (only then: a
+                _make_directory(os.path.dirname(path))  # stat and a mkdir saved per file)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as e:
             raise _file_error(f"cannot create segment {path}", e) from e
-        reserved = min(PAGE_SIZE, file_size)
         try:
             _size_sparse(fd, path, file_size)
             _preallocate(fd, path, 0, reserved)
@@ -379,6 +389,44 @@ class MappedFile:
             f"MappedFile({self.describe()}, write={self.write_position}, "
             f"flushed={self.flushed_position})"
         )
+
+
+def _make_directory(directory: str) -> None:
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+        raise _file_error(f"cannot create directory {directory}", e) from e
+
+
+def _open_prepared(path: str, file_size: int, file_from_offset: int, reserved: int,
+                   reserve_chunk: int) -> MappedFile | None:
+    """Map a segment made ahead by queue_file_preparer.py (sized, its first page reserved
+    and warmed, holding zeros), or None when there is none at ``path``: only an open and a
+    map on this thread instead of a file creation.
+
+    Only a file that is all zeros is taken (its size, one page of blocks, that page zero),
+    so it is the same as the file the caller would make; anything else there is made anew.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise _file_error(f"cannot open segment {path}", e) from e
+    try:
+        status = os.fstat(fd)
+        if status.st_size != file_size or status.st_blocks * 512 > reserved:
+            return None
+        mapping = _map(fd, file_size, mmap.ACCESS_WRITE, path)
+    finally:
+        os.close(fd)
+    if mapping[:reserved] != _ZERO_CHUNK[:reserved]:
+        mapping.close()
+        return None
+    mapped = MappedFile(path, file_from_offset, file_size, mapping)
+    mapped.reserved_position = reserved
+    mapped.reserve_chunk = reserve_chunk
+    return mapped
 
 
 def _size_sparse(fd: int, path: str, file_size: int) -> None:

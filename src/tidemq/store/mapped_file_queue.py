@@ -176,7 +176,6 @@ class MappedFileQueue:
         if self.directory is None:
             mapped = MappedFile.anonymous(file_from_offset, self.file_size)
         else:
-            os.makedirs(self.directory, exist_ok=True)
             mapped = MappedFile.create(
                 self.directory, file_from_offset, self.file_size, reserve_chunk=self.reserve_chunk
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from pathlib import Path
 
 import pytest
 
@@ -487,3 +488,22 @@ def test_file_store_sync_flush_over_loopback(make_broker, serve):
     assert len(batched.ext_fields["msgId"].split(",")) == 2
     assert [r.body for r in records] == [b"s0", b"s1", b"b0", b"b1"]
     assert all(r.born_host.startswith("127.0.0.1:") for r in records)
+
+
+def test_a_send_has_the_topics_other_queue_files_made_ahead(make_broker, handlers):
+    # The first send to a topic asks the store to make its other queues' first files in the
+    # background, so their first messages do not create files on the event loop.
+    import time
+
+    broker = make_broker(store_kind="file",
+                         store_overrides={"mapped_file_size_consume_queue": 6_000_000})
+    with_topic(broker, "Wide", 4)
+    assert ask(broker, handlers, send_request("Wide", b"first")).code == ResponseCode.SUCCESS
+    queue_dir = Path(broker.store_config.store_path_root_dir) / "consumequeue" / "Wide"
+    deadline = time.monotonic() + 10
+    while not all((queue_dir / str(q) / "00000000000000000000").exists() for q in (1, 2, 3)):
+        assert time.monotonic() < deadline, "the other queues' files were not made ahead"
+        time.sleep(0.005)
+    response = ask(broker, handlers, send_request("Wide", b"second", queue_id=3))
+    assert response.code == ResponseCode.SUCCESS
+    assert [r.body for r in stored(broker, "Wide", 3)] == [b"second"]

@@ -1,0 +1,159 @@
+"""Making the first consume-queue file of a topic's queues ahead of their first message.
+
+A queue's first message needs its first file (``consumequeue/<topic>/<queueId>/0000...``):
+two directory entries and a file creation, each a journal operation on ext4. Measured on a
+busy machine, 0.6 ms at the median and up to 20 ms per queue, all of it on the event loop,
+and a producer that sends round-robin to a new topic of 1,024 queues meets a new queue with
+every batch: batch produce to 1,024 new queues ran at half the rate of one queue.
+
+So, when a topic is first sent to, the broker asks for the files of all its write queues
+(``request``) and this service's thread makes them, each exactly as a new queue's first
+segment starts (sized sparse, its first page reserved and warmed: mapped_file.py), then
+closes it: no descriptor is held and nothing is mapped. The queue's first put finds the file
+and only opens and maps it (``MappedFile.create`` takes a file that is already there).
+
+Safety of the hand-over: a file is made under a ``.tmp`` name and hard-linked to its segment
+name, which fails when the name exists, so a file the loop created meanwhile (and may be
+writing through its mapping) is never replaced; the loop's own creation truncates any file
+that appears at that name, which is a prepared file nobody else uses. A ``.tmp`` left by a
+crash is deleted when the queue is loaded. A prepared file holds zeros: after a restart it
+loads as an empty queue. ``forget`` (deleting a topic) drops the topic's pending files and
+waits for the one being made, so none appears after its directory is removed.
+
+Costs: 4 KiB of disk per queue of a topic that is written to, whether or not every queue
+is; nothing for topics never written. Queues that already have a file are skipped.
+
+Threads: ``request`` and ``forget`` from any thread; the files are made by the thread
+"tidemq-queue-file-preparer", started on the first request.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+from tidemq.errors import StoreError
+from tidemq.store.mapped_file import PAGE_SIZE, TEMPORARY_SUFFIX, file_name
+
+logger = logging.getLogger(__name__)
+
+_ZERO_PAGE = bytes(PAGE_SIZE)
+
+
+class QueueFilePreparer:
+    """Makes first consume-queue files in a thread, ahead of the queues' first messages.
+
+    Args:
+        directory: ``<root>/consumequeue``.
+        file_size: ``mapped_file_size_consume_queue``.
+        has_queue: ``has_queue(topic, queue_id)`` is True when the store already holds that
+            queue (its files are its own business then).
+    """
+
+    def __init__(self, directory: str, file_size: int,
+                 has_queue: Callable[[str, int], bool]) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self._has_queue = has_queue
+        self._pending: collections.deque[tuple[str, int]] = collections.deque()
+        self._requested: set[tuple[str, int]] = set()  # (topic, queue count) asked for
+        # Held while a file is made; ``forget`` takes it so no file of a deleted topic is
+        # half made when its directory goes.
+        self._busy = threading.Lock()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.prepared = 0  # files made (for tests and logs)
+
+    def request(self, topic: str, queue_count: int) -> None:
+        """Make the first files of ``topic``'s queues 0 .. queue_count-1 that have none.
+
+        Cheap when asked again for the same topic and count (a set lookup): the send path
+        calls it for every send.
+        """
+        key = (topic, queue_count)
+        if key in self._requested:
+            return
+        with self._wake:
+            if self._closed or key in self._requested:
+                return
+            self._requested.add(key)
+            self._pending.extend((topic, queue_id) for queue_id in range(queue_count)
+                                 if not self._has_queue(topic, queue_id))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="tidemq-queue-file-preparer")
+                self._thread.start()
+            self._wake.notify()
+
+    def forget(self, topic: str) -> None:
+        """Drop ``topic``'s pending files and wait for the one being made (a topic is being
+        deleted); a later ``request`` for it prepares again."""
+        with self._busy, self._wake:
+            self._pending = collections.deque(item for item in self._pending
+                                              if item[0] != topic)
+            self._requested = {key for key in self._requested if key[0] != topic}
+
+    def close(self) -> None:
+        """Stop the thread; pending files are not made."""
+        with self._wake:
+            self._closed = True
+            self._pending.clear()
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._pending and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+            with self._busy:
+                with self._wake:
+                    if not self._pending:
+                        continue
+                    topic, queue_id = self._pending.popleft()
+                if self._has_queue(topic, queue_id):
+                    continue
+                try:
+                    if self._make(topic, queue_id):
+                        self.prepared += 1
+                except (OSError, StoreError) as exc:
+                    # Nothing lost: the queue's first put creates the file itself (and
+                    # reports a full disk or a descriptor shortage to the sender). The rest
+                    # of the topic is left to its puts too: one warning, not one a queue.
+                    logger.warning("could not prepare the first file of consume queue %s/%d "
+                                   "ahead (its first put makes it instead): %s", topic,
+                                   queue_id, exc)
+                    with self._wake:
+                        self._pending = collections.deque(
+                            item for item in self._pending if item[0] != topic)
+
+    def _make(self, topic: str, queue_id: int) -> bool:
+        queue_dir = os.path.join(self.directory, topic, str(queue_id))
+        path = os.path.join(queue_dir, file_name(0))
+        if os.path.exists(path):
+            return False
+        os.makedirs(queue_dir, exist_ok=True)
+        temporary = f"{path}.prepared{TEMPORARY_SUFFIX}"
+        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, self.file_size)
+            reserved = min(PAGE_SIZE, self.file_size)
+            os.posix_fallocate(fd, 0, reserved)
+            os.pwrite(fd, _ZERO_PAGE[:reserved], 0)
+            try:
+                os.link(temporary, path)  # never replaces a file the store made meanwhile
+            except FileExistsError:
+                return False
+            return True
+        finally:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
