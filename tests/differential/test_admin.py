@@ -31,7 +31,7 @@ RUNTIME_KEYS = {
     "msgGetTotalYesterdayMorning", "putMessageTimesTotal", "putMessageSizeTotal",
     "putMessageAverageSize", "putMessageFailedTimes", "putMessageEntireTimeMax", "putTps",
     "getFoundTps", "getMissTps", "getTransferedTps", "getTotalTps", "earliestMessageTimeStamp",
-    "startAcceptSendRequestTimeStamp",
+    "startAcceptSendRequestTimeStamp", "dispatchBehindBytes",
 }
 
 

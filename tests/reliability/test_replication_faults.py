@@ -140,6 +140,11 @@ def test_async_master_slave_lag_stays_bounded_under_steady_load(tidemq_cluster):
     run(scenario())
     wait_caught_up(master, slave, timeout_s=60)
     assert behind and max(behind) < 4 * 1024 * 1024, max(behind)
+    # Copied is not yet readable: the slave's dispatch follows (dispatchBehindBytes to 0).
+    deadline = time.monotonic() + 60
+    while runtime(slave.addr)["dispatchBehindBytes"] != "0":
+        assert time.monotonic() < deadline, "the slave's dispatch did not catch up"
+        time.sleep(0.05)
     lag = runtime(slave.addr)["haReplicationLagMs"]
     assert int(runtime(slave.addr)["haReplicationLagSamples"]) > 10
     assert lag.startswith("p50 "), lag

@@ -240,6 +240,8 @@ def runtime_info(stats: BrokerStats, store: MessageStore, store_root_dir: str) -
         "commitLogMinOffset": str(store.commit_log_min_offset()),
         "commitLogMaxOffset": str(store.commit_log_max_offset()),
         "earliestMessageTimeStamp": str(earliest_commit_log_time_ms(store)),
+        # Appends dispatch at once; a slave's HA keys override it (broker/ha/replication.py).
+        "dispatchBehindBytes": "0",
         "startAcceptSendRequestTimeStamp": "0",
     }
     capacity = _disk_capacity(store_root_dir)
