@@ -1,16 +1,17 @@
 """One PullConsumer process reading a backlog (issue 18, "Consume"), runnable by anyone:
 
     .venv/bin/python benchmarks/consume_bench.py [--runs 3] [--messages 300000]
-        [--pull-batch-sizes 32,1024] [--baseline-src DIR]
+        [--pull-batch-sizes 32,256] [--baseline-src DIR]
 
 Starts its own ``tidemq dev`` (ASYNC_FLUSH, fresh store, free loopback ports, no console or
 metrics), fills one topic with ``--messages`` x ``--size`` bytes (batches of 64), then runs
 ``tidemq bench consume --from first`` over the whole backlog ``--runs`` times for each
 client variant, the variants taking turns within each run so that all see the same
-neighbours. A variant is a pull batch size (``--pull-batch-sizes``) with this checkout's
-client, and, with ``--baseline-src DIR`` (the ``src`` folder of another checkout, e.g. from
-``git archive main src | tar -x -C /tmp/base``), the same with that client code
-(``PYTHONPATH=DIR``; the broker is always this checkout's), so one run gives an A/B.
+neighbours. A variant is a pull batch size (``--pull-batch-sizes``; ``default`` is the
+PullConsumer's own) with this checkout's client, and, with ``--baseline-src DIR`` (the
+``src`` folder of another checkout, e.g. from ``git archive main src | tar -x -C /tmp/base``),
+that client code with its own default pull batch size (``PYTHONPATH=DIR``; the broker is
+always this checkout's), so one run gives an A/B.
 
 For each variant it prints the median msg/s and the client's CPU µs per message (from
 ``RUSAGE_CHILDREN``, less a run of ``CALIBRATION_MESSAGES`` messages, so the interpreter's
@@ -34,7 +35,7 @@ from idle import wait_process_idle
 from store_bench import machine_description
 
 CALIBRATION_MESSAGES = 256
-DEFAULT_PULL_BATCH_SIZE = 32  # PullConsumer's pull_batch_size; older clients lack the option
+DEFAULT = "default"  # the client's own pull_batch_size (older clients lack the option)
 QUIET = ["--consolePort", "off", "--metricsExporterType", "DISABLE"]
 
 
@@ -42,14 +43,13 @@ def load_average() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
-def consume(namesrv: str, topic: str, group: str, count: int, pull_batch_size: int,
+def consume(namesrv: str, topic: str, group: str, count: int, pull_batch_size: str,
             src: str | None) -> tuple[dict, float]:
     """One ``tidemq bench consume`` from the first offset; its summary and CPU seconds."""
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = src
-    batch = ([] if pull_batch_size == DEFAULT_PULL_BATCH_SIZE
-             else ["--pull-batch-size", str(pull_batch_size)])
+    batch = [] if pull_batch_size == DEFAULT else ["--pull-batch-size", pull_batch_size]
     before = children_cpu_s()
     out = subprocess.run(
         [TIDEMQ, "bench", "consume", "-n", namesrv, "-t", topic, "-g", group, "--from",
@@ -67,18 +67,17 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--size", type=int, default=1024)
-    parser.add_argument("--pull-batch-sizes", default=str(DEFAULT_PULL_BATCH_SIZE),
-                        help="comma-separated pull batch sizes, each a variant")
+    parser.add_argument("--pull-batch-sizes", default=DEFAULT,
+                        help="comma-separated pull batch sizes (or 'default'), each a variant")
     parser.add_argument("--baseline-src", help="src folder of the client to compare with")
     parser.add_argument("--dir", help="parent folder of the temporary store")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    sizes = [int(size) for size in args.pull_batch_sizes.split(",")]
-    variants: list[tuple[str, int, str | None]] = [(f"this b={size}", size, None)
+    sizes = [size.strip() for size in args.pull_batch_sizes.split(",")]
+    variants: list[tuple[str, str, str | None]] = [(f"this b={size}", size, None)
                                                    for size in sizes]
     if args.baseline_src:
-        variants += [(f"baseline b={size}", size, os.path.abspath(args.baseline_src))
-                     for size in sizes if size == DEFAULT_PULL_BATCH_SIZE]
+        variants.append((f"baseline b={DEFAULT}", DEFAULT, os.path.abspath(args.baseline_src)))
     load_start = load_average()
     if not args.json:
         print(f"machine: {machine_description()}")

@@ -82,7 +82,11 @@ from tidemq.remoting.errors import RemotingError
 
 log = logging.getLogger("tidemq.client")
 
-PULL_BATCH_SIZE = 32  # pullBatchSize; the broker sends at most 32 per pull from memory anyway
+# pullBatchSize. A tidemq broker sends up to 1024 per pull, a RocketMQ one 32 from memory.
+# Larger pulls cut the per-pull cost (a request, a syscall) but their bodies fall out of the
+# CPU's caches; measured against 64-1024 on a shared machine, neither way won steadily
+# (benchmarks/consume_bench.py, RESULTS.md).
+PULL_BATCH_SIZE = 32
 PULL_THRESHOLD_FOR_QUEUE = 1000  # RocketMQ pullThresholdForQueue (messages buffered per queue)
 PULL_THRESHOLD_FOR_ALL = 10_000  # RocketMQ lite pull pullThresholdForAll
 MAX_POLL_RECORDS = 1024  # messages one poll() returns at most
