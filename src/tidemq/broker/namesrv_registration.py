@@ -26,7 +26,8 @@ Request: extFields brokerName, brokerAddr, clusterName, haServerAddr, brokerId, 
      "topicConfigTable":{"<topic>":TopicConfig,...}}}
 
 Rounds never overlap: triggers that arrive during a round are folded into one more round
-after it. Owner: the event loop (one task runs every round).
+after it. A fenced broker (broker/role.py) sends no rounds until it is told its role.
+Owner: the event loop (one task runs every round).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class NameServerRegistration:
         # Per name server: True after a success, False after a failure (None = not tried).
         self._reachable: dict[str, bool | None] = {}
         self.rounds_completed = 0
+        self._fenced_logged: str | None = None
 
     @property
     def running(self) -> bool:
@@ -194,7 +196,7 @@ class NameServerRegistration:
             never raised.
         """
         addresses = self.namesrv_addresses
-        if not addresses:
+        if not addresses or self._fenced():
             self._wake.clear()
             return {}
         async with self._round_lock:
@@ -212,7 +214,7 @@ class NameServerRegistration:
             As ``register_all``.
         """
         addresses = self.namesrv_addresses
-        if not addresses:
+        if not addresses or self._fenced():
             if self._changed_topics is not None:
                 self._changed_topics -= set(topics)
             return {}
@@ -235,6 +237,19 @@ class NameServerRegistration:
                 # version as proof it holds these topics; a whole table puts it right.
                 self.trigger()
             return results
+
+    def _fenced(self) -> bool:
+        # A fenced master (it lost its controller lease; broker/role.py) registers nothing:
+        # as brokerId 0 it would take the route back from the new master every period. The
+        # name servers forget it after 120 s; its next role registers it again at once.
+        reason = self._role.fenced_reason
+        if reason != self._fenced_logged:
+            self._fenced_logged = reason
+            if reason is not None:
+                log.warning("broker %s is fenced (%s): it stops registering with the name "
+                            "servers until it is told its role", self._config.broker_name,
+                            reason)
+        return reason is not None
 
     async def _register_round(self, addresses: list[str], body: bytes) -> dict[str, bool]:
         identity = self._identity

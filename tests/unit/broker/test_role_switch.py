@@ -306,3 +306,27 @@ def test_a_promoted_slave_checks_the_half_messages_it_copied(make_broker):
 
     before, after = asyncio.run(scenario())
     assert (before, after) == (0, 1)  # a slave tracks nothing; the new master checks the half
+
+
+def test_a_fenced_master_stops_registering_until_it_is_told_its_role(make_broker,
+                                                                   fake_namesrv):
+    async def scenario():
+        async with fake_namesrv() as namesrv:
+            broker = make_broker(store_kind="file", listen_port=free_pair(),
+                                 broker_name="broker-r", namesrv_addr=namesrv.address)
+            await broker.start()
+            try:
+                await broker.role.become_master(1)
+                registered = len(namesrv.registrations)
+                broker.role.fence("lost its lease")
+                await broker.registration.register_all()  # a periodic round: skipped
+                fenced_rounds = len(namesrv.registrations) - registered
+                await broker.role.become_slave(2, "127.0.0.1:1", "127.0.0.1:2", 3)
+                await namesrv.wait_registrations(registered + 1)
+                return fenced_rounds, namesrv.registrations[-1].ext_fields["brokerId"]
+            finally:
+                await broker.shutdown(grace_s=1.0)
+
+    fenced_rounds, broker_id = asyncio.run(scenario())
+    assert fenced_rounds == 0
+    assert broker_id == "3"  # told its role: registered again, as the slave it now is
