@@ -360,6 +360,9 @@ class ReplicationRole:
         if truncation.count or truncation.dropped_bytes:
             log.warning("broker %s dropped a divergent tail: %s", self._identity.broker_name,
                         truncation.describe())
+            if truncation.count > 50:  # the first 50 are in the line above
+                for line in truncation.id_lines():
+                    log.warning("broker %s dropped %s", self._identity.broker_name, line)
 
     async def _tell_listeners(self) -> None:
         for listener in self._listeners:

@@ -75,6 +75,18 @@ class Truncation:
             f"); msgIds: {', '.join(ids) or '-'}{more}"
         )
 
+    def id_lines(self, per_line: int = 100) -> list[str]:
+        """Every dropped record, ``per_line`` to a line: "msgIds 101-200 of 250:
+        <msgId>@<offset>/<topic>/<queue>/<queue offset>, ...", so the log holds all of them
+        (``describe`` names only the first ones)."""
+        lines = []
+        for start in range(0, self.count, per_line):
+            part = self.records[start:start + per_line]
+            lines.append(f"msgIds {start + 1}-{start + len(part)} of {self.count}: " + ", ".join(
+                f"{r.msg_id}@{r.physical_offset}/{r.topic}/{r.queue_id}/{r.queue_offset}"
+                for r in part))
+        return lines
+
 
 def dropped_records(commit_log: CommitLog, offset: int,
                     offset_msg_id: Callable[[int], str]) -> Iterator[DroppedRecord]:

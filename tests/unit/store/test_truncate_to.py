@@ -56,6 +56,10 @@ def test_truncate_to_drops_exactly_the_records_after_the_cut(tmp_path, kind):
         assert [r.msg_id for r in truncation.records] == [f"id-{i}" for i in range(300, 400)]
         assert [r.physical_offset for r in truncation.records] == [
             r.physical_offset for r in results[300:]]
+        lines = truncation.id_lines(per_line=40)
+        assert [line.split(":")[0] for line in lines] == [
+            "msgIds 1-40 of 100", "msgIds 41-80 of 100", "msgIds 81-100 of 100"]
+        assert all(f"id-{i}@" in "".join(lines) for i in range(300, 400))
         assert store.commit_log_max_offset() == cut
         assert [store.max_offset("Orders", q) for q in range(3)] == [100, 100, 100]
         assert store.query_messages("Orders", "k350", 8, 0, 1 << 62).records == []
