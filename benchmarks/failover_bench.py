@@ -15,9 +15,9 @@ starts them):
   over ``--rounds`` is printed (min, median, p90, max).
 - ``produce_ratio``: batches of 64 x 1 KiB, 16 in flight (``tidemq bench produce``) to a
   SYNC_MASTER + one slave (ASYNC_FLUSH), once as a static pair and once in controller mode,
-  alternating, ``--runs`` times each; the ratio controller / static is taken within each
-  pair of runs and the median printed. The machine is shared and noisy: it prints the load
-  average beside each figure.
+  alternating, ``--runs`` times each; the ratio controller / static of msg/s and of the
+  master's CPU time per message (/proc, the steadier figure on a shared machine) is taken
+  within each pair of runs and the medians printed, with the load average beside each.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from failover_group import FailoverGroup, Workload  # noqa: E402
+from idle import process_cpu_s, wait_process_idle  # noqa: E402
 from server_processes import ServerProcess, start_cluster, wait_until  # noqa: E402
 from store_bench import machine_description  # noqa: E402
 
@@ -87,7 +88,8 @@ def failover_rounds(work: Path, rounds: int) -> list[float]:
     return took
 
 
-def produce(namesrv: str, messages: int) -> float:
+def produce(namesrv: str, master_pid: int, messages: int) -> tuple[float, float]:
+    """msg/s of ``tidemq bench produce`` and the master's CPU microseconds per message."""
     def bench(count: int) -> dict:
         out = subprocess.run([TIDEMQ, "bench", "produce", "-n", namesrv, "-t", "BenchTopic",
                               "-s", "1024", "-b", "64", "-c", "16", "--count", str(count),
@@ -97,10 +99,14 @@ def produce(namesrv: str, messages: int) -> float:
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     bench(2048)  # warm-up: the topic exists and routes are known
-    return bench(messages)["msgs_per_s"]
+    wait_process_idle(master_pid)
+    cpu_before = process_cpu_s(master_pid)
+    rate = bench(messages)["msgs_per_s"]
+    cpu_us = (process_cpu_s(master_pid) - cpu_before) * 1e6 / messages
+    return rate, cpu_us
 
 
-def produce_static(work: Path, messages: int) -> float:
+def produce_static(work: Path, messages: int) -> tuple[float, float]:
     processes: list[ServerProcess] = []
     try:
         settings = {"brokerName": "broker-a", "haSendHeartbeatInterval": "500",
@@ -108,19 +114,19 @@ def produce_static(work: Path, messages: int) -> float:
         cluster = start_cluster(work, processes, brokers=("master", "slave"), broker_overrides={
             "master": {**settings, "brokerRole": "SYNC_MASTER"},
             "slave": {**settings, "brokerRole": "SLAVE", "brokerId": 1}})
-        return produce(cluster.namesrv_addr, messages)
+        return produce(cluster.namesrv_addr, cluster.broker("master").pid, messages)
     finally:
         for process in reversed(processes):
             process.stop()
 
 
-def produce_controller(work: Path, messages: int) -> float:
+def produce_controller(work: Path, messages: int) -> tuple[float, float]:
     processes: list[ServerProcess] = []
     group = FailoverGroup.start(work, processes, count=2, overrides={
         **DEFAULT_TIMINGS, "flushDiskType": "ASYNC_FLUSH",
         "mappedFileSizeCommitLog": str(256 * 1024 * 1024)})
     try:
-        return produce(group.cluster.namesrv_addr, messages)
+        return produce(group.cluster.namesrv_addr, group.master().pid, messages)
     finally:
         for process in reversed(processes):
             process.stop()
@@ -146,16 +152,21 @@ def main() -> int:
                   f"{statistics.median(took):.0f}, p90 {p90:.0f}, max {ordered[-1]:.0f} "
                   f"(all: {', '.join(f'{t:.0f}' for t in took)}); {load()}")
         if not args.skip_produce:
-            ratios = []
+            ratios, cpu_ratios = [], []
             for run in range(args.runs):
-                static = produce_static(base / f"static-{run}", args.messages)
-                controller = produce_controller(base / f"controller-{run}", args.messages)
+                static, static_cpu = produce_static(base / f"static-{run}", args.messages)
+                controller, controller_cpu = produce_controller(base / f"controller-{run}",
+                                                                args.messages)
                 ratios.append(controller / static)
-                print(f"  run {run + 1}: static {static:,.0f} msg/s, controller mode "
-                      f"{controller:,.0f} msg/s, ratio {controller / static:.3f} ({load()})",
-                      flush=True)
+                cpu_ratios.append(controller_cpu / static_cpu)
+                print(f"  run {run + 1}: static {static:,.0f} msg/s ({static_cpu:.1f} us of "
+                      f"master CPU/msg), controller mode {controller:,.0f} msg/s "
+                      f"({controller_cpu:.1f} us/msg), ratio {controller / static:.3f} "
+                      f"({load()})", flush=True)
             print(f"produce_ratio controller/static: median {statistics.median(ratios):.3f} "
-                  f"(runs: {', '.join(f'{r:.3f}' for r in ratios)}); {load()}")
+                  f"(runs: {', '.join(f'{r:.3f}' for r in ratios)}); master CPU per message "
+                  f"controller/static: median {statistics.median(cpu_ratios):.3f} "
+                  f"(runs: {', '.join(f'{r:.3f}' for r in cpu_ratios)}); {load()}")
     return 0
 
 

@@ -124,8 +124,9 @@ class Broker:
 
 
 def _broker(etcd: EtcdServer, prefix: str, broker_id: int, **keys: object) -> Broker:
+    keys = {"broker_role": BrokerRole.SYNC_MASTER, **keys}
     config = BrokerConfig(
-        broker_name="g", broker_id=broker_id, broker_role=BrokerRole.SYNC_MASTER,
+        broker_name="g", broker_id=broker_id,
         enable_controller_mode=True, controller_addr=etcd.endpoint,
         controller_etcd_prefix=prefix, controller_heart_beat_timeout_ms=2000,
         broker_heartbeat_interval_ms=100, controller_fence_margin_ms=500,
@@ -283,3 +284,42 @@ def test_a_wrong_controller_addr_or_another_cluster_refuses_the_start(
             await other.agent.start()
 
     asyncio.run(main())
+
+
+def test_an_async_master_elected_with_a_gap_logs_the_loss_window(
+        etcd: EtcdServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    prefix = "/a-async"
+
+    async def main() -> None:
+        one = _broker(etcd, prefix, 1, broker_role=BrokerRole.ASYNC_MASTER)
+        two = _broker(etcd, prefix, 2, broker_role=BrokerRole.ASYNC_MASTER)
+        await one.agent.start()
+        await two.agent.start()
+        connection = FakeConnection("127.0.0.1:40002", acked_offset=0)
+        one.role.replication.service.connections.append(connection)
+        await _until(lambda: one.agent.policy.members == {2}, "broker 2 joins")
+        # The master acknowledged up to 12,000 (ASYNC: without waiting); its slave, still in
+        # sync (within haMaxGapNotInSync), has 11,500.
+        one.store.offset, two.store.offset = 12_000, 11_500
+        connection.acked_offset = 11_500
+        await asyncio.sleep(0.5)  # a few heartbeats: both offsets reported
+        store = ControllerStore(parse_endpoints(etcd.endpoint), prefix)
+        service = ControllerService(store, ControllerSettings(scan_interval_s=0.05))
+        service.start()
+        try:
+            for task in one.agent._tasks:  # the master process dies: no renewal, no revoke
+                task.cancel()
+            await _until(lambda: two.role.is_master, "broker 2 is elected", 60)
+            await _until(lambda: "may be lost" in caplog.text, "the loss window is logged")
+        finally:
+            await service.stop()
+            await store.close()
+            await two.agent.stop()
+            one.agent.lease = 0
+            await one.agent.stop()
+
+    asyncio.run(main())
+    line = next(t for t in caplog.text.splitlines() if "may be lost" in t)
+    assert "reported offset 12000" in line and "starts at 11500" in line
+    assert "up to 500 bytes" in line

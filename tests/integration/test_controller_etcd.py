@@ -217,6 +217,30 @@ def test_admin_verbs_show_the_group_and_elect_by_the_rules(etcd: EtcdServer) -> 
     assert nobody.returncode == 1 and "controllerAddr=127.0.0.1:1" in nobody.stderr
 
 
+def test_an_async_group_election_shows_its_loss_window(etcd: EtcdServer) -> None:
+    prefix = "/t-async"
+    where = ["-a", etcd.endpoint, "--controllerEtcdPrefix", prefix]
+
+    async def setup() -> None:
+        async with _store(etcd, prefix) as store:
+            await store.claim_cluster("AsyncCluster")
+            gone = await store.grant_lease(LEASE_TTL_S)
+            alive = await store.grant_lease(60)
+            await store.put_report("broker-z", _report(2, 9000), alive)
+            assert await store.put_state(GroupState(
+                "broker-z", 1, 1, "127.0.0.1:1001", "127.0.0.1:2001", gone,
+                frozenset({1, 2}), master_flavour="ASYNC_MASTER"), 0)
+            await store.put_master_offset("broker-z", 1, 12000)  # the old master's last word
+            await store.revoke(gone)
+
+    asyncio.run(setup())
+    elected = json.loads(_admin("electMaster", *where, "-b", "broker-z", "--json").stdout)
+    assert (elected["lossFromOffset"], elected["lossToOffset"]) == (9000, 12000)
+    assert elected["possibleLossBytes"] == 3000 and elected["flavour"] == "ASYNC_MASTER"
+    table = _admin("getBrokerEpoch", *where, "-b", "broker-z")
+    assert "9000..12000 (3000 bytes)" in table.stdout, table.stdout
+
+
 def test_the_controller_command_claims_the_prefix_and_elects(etcd: EtcdServer,
                                                              tmp_path: Path) -> None:
     prefix = "/t-command"

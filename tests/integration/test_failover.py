@@ -149,3 +149,4 @@ def test_a_broker_with_a_wrong_controller_addr_or_another_clusters_etcd_refuses_
             no_addr.stderr
     finally:
         etcd.stop()
+
