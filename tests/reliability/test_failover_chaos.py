@@ -36,7 +36,7 @@ from tidemq.protocol.command import RemotingCommand
 
 pytestmark = pytest.mark.reliability
 
-DEFAULT_ROUNDS = 4
+DEFAULT_ROUNDS = 3
 FAULTS = ("kill_master", "kill_slave", "stop_master", "clean_stop_master")
 
 
