@@ -146,3 +146,45 @@ def test_a_broker_with_a_wrong_controller_addr_or_another_clusters_etcd_refuses_
     finally:
         etcd.stop()
 
+
+
+def test_a_sync_send_waits_for_every_member_until_etcd_drops_a_stopped_one(
+        tmp_path: Path, tidemq_processes: list[ServerProcess]) -> None:
+    """The sync-state rule itself: with members 2 and 3, broker 2 alone acknowledging is not
+    enough (the static rule's "one in-sync slave" would answer SEND_OK at once)."""
+    group = FailoverGroup.start(tmp_path, tidemq_processes, overrides={
+        "syncFlushTimeout": "1000"})
+    try:
+        stopped = group.brokers[3]
+        workload = Workload(group.cluster.namesrv_addr, consume=False).start()
+        try:
+            wait_until(lambda: len(workload.acked) >= 50, 120, 0.05, "50 SEND_OK")
+            stopped.kill(signal.SIGSTOP)
+            stopped_at = time.monotonic() * 1000
+            try:
+                state = group.wait(lambda s: s is not None and 3 not in s.sync_state_set,
+                                   "broker 3 to leave the sync-state set")
+                shrunk_seen = time.monotonic() * 1000
+                assert state.sync_state_set == {1, 2} and state.master_epoch == 1
+                wait_until(lambda: any(at > shrunk_seen for at, _, _ in
+                                       list(workload.acked.values())), 60, 0.05,
+                           "SEND_OK again once the set shrank")
+            finally:
+                stopped.kill(signal.SIGCONT)
+            group.wait(lambda s: s is not None and s.sync_state_set == {1, 2, 3},
+                       "broker 3 to rejoin once caught up")
+        finally:
+            workload.stop()
+        # While broker 3 was a member and stopped, nothing was acknowledged (margins for
+        # acknowledgements in flight at the stop and for the polling of etcd).
+        window = [at for at, _, _ in workload.acked.values()
+                  if stopped_at + 300 < at < shrunk_seen - 300]
+        assert not window, f"{len(window)} SEND_OK while a member could not have the message"
+        assert "FLUSH_SLAVE_TIMEOUT" in workload.failed.values()
+        assert "brokerId 3 left the sync-state set" in group.brokers[1].log_tail(400)
+        assert "brokerId 3 joined the sync-state set" in group.brokers[1].log_tail(400)
+    except BaseException:
+        print(group.log_tails())
+        raise
+    finally:
+        group.stop_outside()
