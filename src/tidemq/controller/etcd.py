@@ -160,13 +160,9 @@ class ControllerStore:
                     if callable(method):
                         return await method(client)
                     return await getattr(client, method)(*args, **kwargs)
-            except (self._aetcd.exceptions.ConnectionFailedError,
-                    self._aetcd.exceptions.ConnectionTimeoutError,
-                    self._aetcd.exceptions.InternalError, TimeoutError, OSError) as e:
-                errors.append(f"{self.endpoint}: {type(e).__name__} {e}".strip())
-                await self.close()
-                self._index = (self._index + 1) % len(self.endpoints)
-            except self._aetcd.exceptions.ClientError as e:
+            except (self._aetcd.exceptions.ClientError, TimeoutError, OSError) as e:
+                # Unreachable, timed out, or an error of that member (no leader, a lease it
+                # no longer knows): try the next endpoint once, then give up for this round.
                 errors.append(f"{self.endpoint}: {type(e).__name__} {e}".strip())
                 await self.close()
                 self._index = (self._index + 1) % len(self.endpoints)
