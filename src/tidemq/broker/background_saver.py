@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
@@ -47,15 +47,16 @@ SAVE_INTERVAL_S = 0.1
 
 @dataclass(frozen=True, slots=True)
 class TableSnapshot:
-    """A table file's bytes and the number of changes they hold (it only counts up, so the
-    config file can skip a save older than the one it wrote)."""
+    """A table file's bytes (as pieces written one after another) and the number of changes
+    they hold (it only counts up, so the config file can skip a save older than the one it
+    wrote)."""
 
     version: int
-    data: bytes
+    data: Sequence[bytes | memoryview]
 
 
 class _JsonTable(Protocol):
-    def to_json(self, *, pretty: bool = False) -> bytes: ...
+    def file_parts(self) -> list[bytes | memoryview]: ...
 
 
 class SavedConfigTable:
@@ -108,7 +109,7 @@ class SavedConfigTable:
         """The file's bytes to write now, or None when the file holds the table already."""
         if self._changes == self._changes_persisted:
             return None
-        return TableSnapshot(self._changes, self._table.to_json(pretty=True))
+        return TableSnapshot(self._changes, self._table.file_parts())
 
     def write_snapshot(self, snapshot: TableSnapshot) -> None:
         """Write a snapshot atomically (may run in a worker thread; an older one than the

@@ -38,7 +38,7 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -160,13 +160,15 @@ class ConfigFile:
 
     # -- saving ---------------------------------------------------------------------------------
 
-    def save(self, data: bytes, *, version: int | None = None) -> bool:
+    def save(self, data: bytes | Sequence[bytes | memoryview], *,
+             version: int | None = None) -> bool:
         """Replace the file's content atomically, keeping the previous content as ``.bak``.
 
         Safe to call from several threads: saves run one at a time.
 
         Args:
-            data: the new content.
+            data: the new content, or pieces of it written one after another (a large
+                table's cached entries, never copied into one buffer).
             version: the table version ``data`` holds (it only grows). When a save of a
                 newer version already wrote the file, this one is skipped.
 
@@ -188,7 +190,7 @@ class ConfigFile:
                 self._saved_version = version
             return True
 
-    def _save_locked(self, data: bytes) -> None:
+    def _save_locked(self, data: bytes | Sequence[bytes | memoryview]) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _write_synced(self.temp_path, data)
@@ -202,8 +204,9 @@ class ConfigFile:
             with contextlib.suppress(OSError):
                 self.temp_path.unlink(missing_ok=True)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                size = len(data) if isinstance(data, bytes) else sum(map(len, data))
                 raise StoreFull(
-                    f"no space left to save config file {self.path} ({len(data)} bytes): {exc}; "
+                    f"no space left to save config file {self.path} ({size} bytes): {exc}; "
                     "free disk space on that volume"
                 ) from exc
             raise StoreError(f"cannot save config file {self.path}: {exc}") from exc
@@ -242,15 +245,30 @@ def _describe(exc: BaseException) -> str:
     return f"corrupt ({exc})"
 
 
-def _write_synced(path: Path, data: bytes) -> None:
+# Pieces per writev call (POSIX guarantees at least 16; Linux takes 1,024).
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024)
+
+
+def _write_synced(path: Path, data: bytes | Sequence[bytes | memoryview]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        if isinstance(data, bytes):
+            _write_all(fd, data)
+        else:
+            for start in range(0, len(data), _IOV_MAX):
+                chunk = data[start : start + _IOV_MAX]
+                written = os.writev(fd, chunk)
+                if written < sum(map(len, chunk)):  # a short write: the rest plainly
+                    _write_all(fd, memoryview(b"".join(chunk))[written:])
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _fsync_path(path: Path) -> None:

@@ -294,11 +294,14 @@ class _NamedConfigTable(ConfigTable, Generic[C]):
     def __init__(self, configs: Iterable[C] = (), data_version: DataVersion | None = None):
         self._configs: dict[str, C] = {self._name_of(config): config for config in configs}
         self.data_version = data_version or DataVersion()
-        # The file's text of each entry and the names in the file's order, kept across saves:
-        # a save then joins cached bytes instead of re-serializing every entry (at 10,000
-        # topics that took 30 ms of the event loop per create). Built on the first save.
-        self._fragments: dict[str, bytes] = {}
+        # The names in the file's order and each entry's text at the same index, kept
+        # across saves: a save joins cached bytes instead of re-serializing every entry (at
+        # 10,000 topics that took 20-30 ms of the event loop per create) and looks nothing
+        # up by name (10,000 dict lookups cost ~2 ms on a busy machine: cache misses).
+        # Built on the first save.
         self._sorted_names: list[str] | None = None
+        self._sorted_texts: list[bytes] = []
+        self._stale: set[str] = set()  # names whose text is to be made at the next save
 
     @staticmethod
     def _name_of(config: C) -> str:
@@ -314,18 +317,23 @@ class _NamedConfigTable(ConfigTable, Generic[C]):
         if before != config:
             self._configs[name] = config
             self.data_version.bump()
-            self._fragments.pop(name, None)
-            if before is None and self._sorted_names is not None:
-                bisect.insort(self._sorted_names, name)
+            if self._sorted_names is not None:
+                self._stale.add(name)
+                if before is None:
+                    index = bisect.bisect_left(self._sorted_names, name)
+                    self._sorted_names.insert(index, name)
+                    self._sorted_texts.insert(index, b"")
 
     def remove(self, name: str) -> C | None:
         """Drop an entry; returns its config, or None (and no version bump) when absent."""
         config = self._configs.pop(name, None)
         if config is not None:
             self.data_version.bump()
-            self._fragments.pop(name, None)
             if self._sorted_names is not None:
-                del self._sorted_names[bisect.bisect_left(self._sorted_names, name)]
+                self._stale.discard(name)
+                index = bisect.bisect_left(self._sorted_names, name)
+                del self._sorted_names[index]
+                del self._sorted_texts[index]
         return config
 
     def names(self) -> list[str]:
@@ -357,27 +365,45 @@ class _NamedConfigTable(ConfigTable, Generic[C]):
         """
         if not pretty:
             return super().to_json()
-        if self._sorted_names is None:
+        names = self._sorted_names
+        if names is None:
             # Python orders str by code point, which is the UTF-8 byte order the writer uses.
-            self._sorted_names = sorted(self._configs)
-        fragments = self._fragments
-        for name in self._sorted_names:
-            if name not in fragments:
-                fragments[name] = _pretty_entry(name, self._configs[name].to_json_object())
+            names = self._sorted_names = sorted(self._configs)
+            self._sorted_texts = [b""] * len(names)
+            self._stale = set(names)
+        return b"".join(self.file_parts())
+
+    def file_parts(self) -> list[bytes | memoryview]:
+        """The pretty form (``to_json(pretty=True)``) as pieces to write one after another,
+        the cached text of each entry among them: no copy of the table's bytes is made
+        (at 10,000 topics one 2 MB copy, with its fresh pages, cost milliseconds on a busy
+        machine). The list is the caller's; the pieces are never changed."""
+        names = self._sorted_names
+        if names is None:
+            # Python orders str by code point, which is the UTF-8 byte order the writer uses.
+            names = self._sorted_names = sorted(self._configs)
+            self._sorted_texts = [b""] * len(names)
+            self._stale = set(names)
+        texts = self._sorted_texts
+        for name in self._stale:
+            # Each text ends with the separator; the last one's is left out below.
+            texts[bisect.bisect_left(names, name)] = _pretty_entry(
+                name, self._configs[name].to_json_object()) + b",\n"
+        self._stale.clear()
         head = jsonx.dumps(
             {"dataVersion": self.data_version.to_json_object(), self.table_field: {}},
             pretty=True,
         )
-        if not self._sorted_names:
-            return head
+        if not names:
+            return [head]
         # The table is the last key ("dataVersion" sorts first): splice the entries into its {}.
         if not head.endswith(_EMPTY_LAST_OBJECT):
             raise AssertionError(f"unexpected layout of {self.what} JSON: {head[-40:]!r}")
-        return b"".join((
-            head[: -len(_EMPTY_LAST_OBJECT)], b"{\n",
-            b",\n".join([fragments[name] for name in self._sorted_names]),
-            b"\n  }\n}",
-        ))
+        parts: list[bytes | memoryview] = [head[: -len(_EMPTY_LAST_OBJECT)] + b"{\n"]
+        parts += texts
+        parts[-1] = memoryview(texts[-1])[:-2]
+        parts.append(b"\n  }\n}")
+        return parts
 
     @classmethod
     def from_json_object(cls, obj: Any) -> Self:

@@ -286,3 +286,12 @@ def test_first_save_syncs_the_file_it_keeps_as_bak(path, monkeypatch):
     synced.clear()
     config.save(b"mine again")
     assert str(path) not in synced  # written and synced by this object already
+
+
+def test_a_save_of_pieces_writes_them_in_order(path):
+    # A large table is saved from its cached entries, more pieces than one writev takes.
+    pieces = [f"{i:05d},".encode() for i in range(3000)]
+    pieces[-1] = memoryview(pieces[-1])[:-1]
+    config = ConfigFile(path)
+    assert config.save(pieces, version=1)
+    assert path.read_bytes() == b"".join(pieces)
