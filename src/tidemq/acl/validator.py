@@ -38,10 +38,14 @@ from tidemq.protocol.signature import ACCESS_KEY, SIGNATURE, server_signed_head,
 # RocketMQ's TopicValidator.RMQ_SYS_TRACE_TOPIC: every client may publish traces.
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
-# A batch of 64 x 1 KiB costs about 40 us of SHA-1 per request on the loop thread; hashlib
-# releases the GIL for large buffers, so from 32 KiB on (batches; single messages stay
-# inline) the servers hash in a worker thread while the loop goes on.
-DEFER_SIGNATURE_BODY_BYTES_MIN = 32 * 1024
+# Where the hop to a worker thread pays. It costs 35-85 us of CPU per request (the
+# executor's queue and locks, a futex wake of the worker, the loop's self-pipe wake-up for
+# the result), as much as SHA-1 over a 64 x 1 KiB batch (about 40 us): deferring those
+# doubled the broker's ACL cost per batch, and on a machine with no idle core the thread's
+# parallelism buys nothing back (benchmarks/RESULTS.md, issue 14, "aclcost"). From 1 MiB on
+# (about 550 us of hashing, which hashlib does without the GIL) the hop adds under 10 % and
+# keeps the loop answering other connections meanwhile; smaller bodies are hashed inline.
+DEFER_SIGNATURE_BODY_BYTES_MIN = 1024 * 1024
 
 # Peers' parsed IPs are remembered by their "ip:port" text; past this many the memo starts
 # over (a broker has a few thousand connections at most; a scan must not grow it for ever).

@@ -35,7 +35,8 @@ response now (a held pull, a oneway request). It is how the metrics count reques
   remark the guard gave; no handler runs. The guard sees every request before any routing,
   in the order they arrived, so nothing reaches a handler without passing it. A guard may
   answer "later" with a ``DeferredCheck`` for work that hashes many bytes (the signature
-  over a large batch body): the deferred checks of one read run together in one worker
+  over a body of a MiB or more; below that the hop to the thread costs more CPU than the
+  hashing it moves): the deferred checks of one read run together in one worker
   thread (hashlib releases the GIL, so the event loop goes on meanwhile), and the requests
   are routed, in their order, once all are decided.
 

@@ -168,3 +168,26 @@ def test_large_bodies_defer_only_the_signature_and_decide_the_same(tmp_path):
     # small bodies and the cheap refusals are decided at once
     assert deferring.check(signed(send("Orders"), "publisher", "pub-secret"), PEER) is None
     assert deferring.check(send("Orders", body=big), PEER)[0] == ResponseCode.NO_PERMISSION
+
+
+def test_servers_hash_batch_bodies_inline_and_defer_only_huge_ones(tmp_path):
+    # The hop to the worker thread costs as much CPU as hashing a 64 x 1 KiB batch (issue
+    # 14's speed item): the broker's guard decides such a batch at once, and hands only
+    # bodies of DEFER_SIGNATURE_BODY_BYTES_MIN and more to the worker.
+    from types import SimpleNamespace
+
+    from tidemq.acl.service import AclService
+    from tidemq.acl.validator import DEFER_SIGNATURE_BODY_BYTES_MIN, PendingSignature
+
+    service = AclService(write_acl(tmp_path))
+    connection = SimpleNamespace(remote_address=PEER)
+    batch = b"m" * (64 * 1088)  # a batch of 64 x 1 KiB messages with their headers
+    assert service.guard(signed(send("Orders", body=batch), "publisher", "pub-secret"),
+                         connection) is None
+    wrong = service.guard(signed(send("Orders", body=batch), "publisher", "not-the-secret"),
+                          connection)
+    assert wrong[0] == ResponseCode.NO_PERMISSION and "does not match" in wrong[1]
+    huge = b"m" * DEFER_SIGNATURE_BODY_BYTES_MIN
+    verdict = service.guard(signed(send("Orders", body=huge), "publisher", "pub-secret"),
+                            connection)
+    assert isinstance(verdict, PendingSignature) and verdict.decide() is None
