@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -54,16 +55,37 @@ TEST_BROKER_SETTINGS: Mapping[str, str] = {
 def free_port(*, neighbours: Sequence[int] = ()) -> int:
     """A loopback port free right now, with ``port + n`` free too for each n in neighbours.
 
-    Found by binding port 0 and closing; another process may take it before we use it, so
-    callers retry on a "cannot listen" start failure.
+    Chosen below the kernel's ephemeral range (ip_local_port_range): a server the tests stop
+    and start again on the same port (a SIGKILLed broker, a restarted etcd) would otherwise
+    find it taken by some client's outgoing connection, which the kernel may give any free
+    ephemeral port — a restarted broker failed so ("address already in use" on its HA port).
+    Another test run may still take the port before we use it, so callers retry on a
+    "cannot listen" start failure.
     """
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if all(_port_is_free(port + offset) for offset in neighbours):
+    low, high = _FIXED_PORTS
+    for _ in range(200):
+        port = _random.randrange(low, high)
+        if all(_port_is_free(port + offset) and low <= port + offset < high
+               for offset in (0, *neighbours)):
             return port
-    raise RuntimeError("no free loopback port with free neighbours after 100 tries")
+    raise RuntimeError(f"no free loopback port in {low}-{high - 1} with free neighbours "
+                       "after 200 tries")
+
+
+def _fixed_port_range() -> tuple[int, int]:
+    """[low, high): the larger run of ports outside the kernel's ephemeral range (above 10000)."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        ephemeral_low, ephemeral_high = (int(word) for word in text.split()[:2])
+    except (OSError, ValueError):
+        ephemeral_low, ephemeral_high = 32768, 60999  # Linux's defaults
+    below = (10000, max(10000, ephemeral_low))
+    above = (min(65536, ephemeral_high + 1), 65536)
+    return max(below, above, key=lambda run: run[1] - run[0])
+
+
+_FIXED_PORTS = _fixed_port_range()
+_random = random.Random()
 
 
 def _port_is_free(port: int) -> bool:
