@@ -165,26 +165,31 @@ def decode_messages(
     With ``check_crc`` (the default, like Kafka's ``check.crcs``) each body's CRC is checked
     against the record's BODYCRC first: a message whose body does not match is left out and
     reported as an ERROR naming it (topic, queue, queue offset, msg id), so a damaged stored
-    message is never handed to the application as if it were intact.
+    message is never handed to the application as if it were intact; so is a body flagged
+    compressed that does not inflate (a damaged SYSFLAG, which no checksum covers).
 
     One pass over the records (``protocol.pulled_records``): the CRC check, inflating and
     ``broker_name`` happen as each record is decoded, and the fields consumers seldom read
     (properties, hosts, timestamps, ...) are made when first read.
 
     Raises:
-        RemoteProtocolError: a record is malformed, or a body does not decompress.
+        RemoteProtocolError: a record is malformed, or (without ``check_crc``) a body does
+            not decompress.
     """
     damaged: list[MessageExt] | None = [] if check_crc else None
     messages = decode_pulled_records(body, broker_name, damaged=damaged, decompress=True)
     if damaged:
         crc32 = zlib.crc32
         for message in damaged:
+            crc = crc32(message.body) & 0x7FFFFFFF
+            what = (f"its body CRC is {crc:#010x} but the record says {message.body_crc:#010x}"
+                    if crc != message.body_crc else
+                    "its record flags the body as compressed but it does not inflate")
             logger.error(
-                "message %s of %s queue %d at queue offset %d is damaged: its body CRC is "
-                "%#010x but the record says %#010x; left out (the broker's store holds "
-                "damaged bytes there: run 'tidemq store check' on it)",
+                "message %s of %s queue %d at queue offset %d is damaged: %s; left out (the "
+                "broker's store holds damaged bytes there: run 'tidemq store check' on it)",
                 message.offset_msg_id, message.topic, message.queue_id, message.queue_offset,
-                crc32(message.body) & 0x7FFFFFFF, message.body_crc,
+                what,
             )
     return messages
 

@@ -115,13 +115,15 @@ def decode_pulled_records(
     Args:
         data: the concatenated stored records of a PULL_MESSAGE response body.
         broker_name: set on every message (a record does not name its broker group).
-        damaged: when given, a record whose body does not match its BODYCRC is appended here
-            instead of to the result (checked on the stored bytes, before inflating).
+        damaged: when given, a record whose body does not match its BODYCRC (checked on the
+            stored bytes, before inflating), or whose body is flagged compressed but does not
+            inflate, is appended here instead of to the result.
         decompress: inflate zlib-compressed bodies (``decompress_body``).
 
     Raises:
         RemoteProtocolError: a record is malformed or the bytes end inside one (as
-            ``message.decode_records``), or a compressed body does not inflate.
+            ``message.decode_records``), or (without ``damaged``) a compressed body does not
+            inflate.
     """
     source = data if type(data) is bytes else bytes(data)
     messages: list[MessageExt] = []
@@ -174,8 +176,9 @@ def decode_pulled_records(
                     if check_crc and crc32(body) & 0x7FFFFFFF != prefix[2]:
                         damaged.append(message)  # type: ignore[union-attr]
                         continue
-                    if sysflag & SYSFLAG_COMPRESSED and decompress:
-                        decompress_body(message)
+                    if sysflag & SYSFLAG_COMPRESSED and decompress and not _inflated(
+                            message, damaged):
+                        continue
                     append(message)
                     continue
         checked = _decode_record_checked(source, position, end)
@@ -184,10 +187,29 @@ def decode_pulled_records(
         if check_crc and crc32(checked.body) & 0x7FFFFFFF != checked.body_crc:
             damaged.append(checked)  # type: ignore[union-attr]
             continue
-        if checked.sysflag & SYSFLAG_COMPRESSED and decompress:
-            decompress_body(checked)
+        if checked.sysflag & SYSFLAG_COMPRESSED and decompress and not _inflated(
+                checked, damaged):
+            continue
         append(checked)
     return messages
+
+
+def _inflated(message: MessageExt, damaged: list[MessageExt] | None) -> bool:
+    """Inflate ``message``'s body; False when it does not inflate and ``damaged`` takes it.
+
+    A stored body whose record says "zlib" but which does not inflate is damaged bytes the
+    body CRC cannot see (the flag lives in SYSFLAG, which no checksum covers): with a
+    ``damaged`` list it is left out like a CRC mismatch, so one damaged record never blocks
+    the records after it; without one it raises, as before.
+    """
+    try:
+        decompress_body(message)
+    except RemoteProtocolError:
+        if damaged is None:
+            raise
+        damaged.append(message)
+        return False
+    return True
 
 
 def decompress_body(message: MessageExt) -> None:

@@ -5,6 +5,7 @@ import zlib
 
 import pytest
 
+from tidemq.errors import RemoteProtocolError
 from tidemq.protocol.message import (
     SYSFLAG_COMPRESSED,
     SYSFLAG_COMPRESSION_ZLIB,
@@ -112,3 +113,18 @@ def test_damaged_and_compressed_records_in_the_same_pass():
     # Without ``damaged`` nothing is checked; without ``decompress`` nothing is inflated.
     as_stored = decode_pulled_records(compressed + bytes(bad))
     assert as_stored[0].body == compressed_body and len(as_stored) == 2
+
+
+def test_a_body_flagged_compressed_that_does_not_inflate_is_left_out_not_fatal():
+    # A flipped SYSFLAG bit (no checksum covers it) makes a plain body "compressed": with the
+    # damaged list it is left out and the records after it still decode; a seeded bit-flip run
+    # lost every later message of the queue when this raised for the whole pull.
+    flagged = bytes(encode_record(topic=b"Orders", body=b"plain, not zlib", properties=b"",
+                                  queue_id=3, queue_offset=11, sysflag=SYSFLAG_COMPRESSED))
+    body = stored(10) + flagged + stored(12)
+    damaged: list[MessageExt] = []
+    messages = decode_pulled_records(body, "b", damaged=damaged, decompress=True)
+    assert [m.queue_offset for m in messages] == [10, 12]
+    assert [m.queue_offset for m in damaged] == [11]
+    with pytest.raises(RemoteProtocolError, match="does not decompress"):
+        decode_pulled_records(body, "b", decompress=True)
