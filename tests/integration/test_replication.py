@@ -15,6 +15,7 @@ import sys
 from replication_group import (
     BROKER_NAME,
     commit_log_bytes,
+    create_routed_topic,
     max_offset,
     runtime,
     start_group,
@@ -23,7 +24,7 @@ from replication_group import (
     wait_quiet,
 )
 from server_processes import remoting_call, wait_until
-from tidemq.client import Admin, Message, Producer
+from tidemq.client import Message, Producer
 from tidemq.client.message import SendStatus
 from tidemq.client.transaction_producer import TransactionProducer, TransactionState
 from tidemq.protocol.codes import RequestCode, ResponseCode
@@ -36,22 +37,9 @@ TOPIC = "Replicated"
 QUEUES = 4
 
 
-async def create_topic(namesrv: str) -> None:
-    async with Admin(namesrv) as admin:
-        await admin.create_topic(TOPIC, QUEUES)
-        for _ in range(400):
-            try:
-                if (await admin.topic_route(TOPIC)).subscribe_queues(TOPIC):
-                    return
-            except Exception:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"topic {TOPIC} never showed up in the route")
-
-
 async def mixed_sends(namesrv: str, rounds: int = 6) -> int:
     """Single, batch, compressed (large bodies) and transactional sends; returns the count."""
-    await create_topic(namesrv)
+    await create_routed_topic(namesrv, TOPIC, QUEUES)
     sent = 0
     async with Producer("ha-mixed", namesrv) as producer:
         for r in range(rounds):

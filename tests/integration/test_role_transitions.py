@@ -19,6 +19,7 @@ import time
 from replication_group import (
     BROKER_NAME,
     HA_TEST_SETTINGS,
+    create_routed_topic,
     max_offset,
     runtime,
     store_check,
@@ -26,7 +27,7 @@ from replication_group import (
     wait_caught_up,
 )
 from server_processes import remoting_call, wait_until
-from tidemq.client import Admin, Message, Producer, PullConsumer
+from tidemq.client import Message, Producer, PullConsumer
 from tidemq.client.message import SendStatus
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
@@ -63,19 +64,6 @@ def commit_log_files(server) -> dict[str, bytes]:
     directory = store_dir(server) / "commitlog"
     return {path.name: path.read_bytes() for path in sorted(directory.iterdir())
             if path.name.isdigit()}
-
-
-async def create_topic(namesrv: str) -> None:
-    async with Admin(namesrv) as admin:
-        await admin.create_topic(TOPIC, QUEUES)
-        for _ in range(400):
-            try:
-                if (await admin.topic_route(TOPIC)).subscribe_queues(TOPIC):
-                    return
-            except Exception:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"topic {TOPIC} never showed up in the route")
 
 
 class Senders:
@@ -139,7 +127,7 @@ def test_switch_under_load_then_the_old_master_rejoins_byte_identical(tidemq_clu
     notify(a.addr, a.addr, 1)
     notify(b.addr, a.addr, 1, broker_id=1)
     wait_until(lambda: runtime(a.addr).get("inSyncSlaveNums") == "1", 60, 0.1, "b in sync")
-    run(create_topic(cluster.namesrv_addr))
+    run(create_routed_topic(cluster.namesrv_addr, TOPIC, QUEUES))
 
     senders = Senders(cluster.namesrv_addr)
     senders.start()

@@ -10,9 +10,9 @@ import asyncio
 import threading
 import time
 
-from replication_group import runtime, start_group, wait_caught_up
+from replication_group import create_routed_topic, runtime, start_group, wait_caught_up
 from server_processes import remoting_call, wait_until
-from tidemq.client import Admin, ConsumeResult, Message, Producer, PullConsumer, PushConsumer
+from tidemq.client import ConsumeResult, Message, Producer, PullConsumer, PushConsumer
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.remoting.loop import run
@@ -26,19 +26,6 @@ WAIT_S = 120.0
 # Quick route refreshes and commits, so the test sees the group follow the brokers.
 CONSUMER_SETTINGS = {"poll_name_server_interval_ms": 1000, "heartbeat_broker_interval_ms": 1000,
                      "persist_consumer_offset_interval_ms": 500, "rebalance_interval_ms": 1000}
-
-
-async def create_topic(namesrv: str) -> None:
-    async with Admin(namesrv) as admin:
-        await admin.create_topic(TOPIC, QUEUES)
-        for _ in range(400):
-            try:
-                if (await admin.topic_route(TOPIC)).subscribe_queues(TOPIC):
-                    return
-            except Exception:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"topic {TOPIC} never showed up in the route")
 
 
 async def send(namesrv: str, bodies: list[bytes]) -> None:
@@ -112,7 +99,7 @@ class Consumer:
 def test_consumption_goes_on_from_the_slave_and_no_commit_is_lost(tidemq_cluster):
     cluster, master, slave = start_group(tidemq_cluster)
     namesrv = cluster.namesrv_addr
-    run(create_topic(namesrv))
+    run(create_routed_topic(namesrv, TOPIC, QUEUES))
     first = [f"first-{n:04d}".encode() for n in range(FIRST)]
     run(send(namesrv, first))
     wait_caught_up(master, slave)
@@ -164,7 +151,7 @@ def test_a_master_behind_in_memory_sends_its_readers_to_the_slave(tidemq_cluster
     reads = {"slaveReadEnable": "true", "accessMessageInMemoryMaxRatio": "0"}
     cluster, master, slave = start_group(tidemq_cluster, master=reads, slave=reads)
     namesrv = cluster.namesrv_addr
-    run(create_topic(namesrv))
+    run(create_routed_topic(namesrv, TOPIC, QUEUES))
     bodies = [f"suggested-{n:04d}".encode() for n in range(FIRST)]
     run(send(namesrv, bodies))
     wait_caught_up(master, slave)
@@ -186,7 +173,7 @@ def test_a_pull_consumer_polls_on_from_the_slave_and_its_commits_reach_the_maste
         tidemq_cluster):
     cluster, master, slave = start_group(tidemq_cluster)
     namesrv = cluster.namesrv_addr
-    run(create_topic(namesrv))
+    run(create_routed_topic(namesrv, TOPIC, QUEUES))
     bodies = [f"polled-{n:04d}".encode() for n in range(FIRST)]
     run(send(namesrv, bodies))
     wait_caught_up(master, slave)
