@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import shutil
 import time
@@ -51,6 +52,21 @@ class FakeClock:
 
     def __call__(self) -> int:
         return self.now_ms
+
+
+def copy_as_crashed(root: Path, crashed: Path) -> None:
+    """Copy a running broker's store as a crash would leave it.
+
+    The broker keeps working during the copy: a config save may rename its ``.tmp`` file
+    away between the listing and the copy. A crash at that instant leaves either name, so a
+    file that vanished is simply not part of the copy (rather than failing the test).
+    """
+
+    def copy_if_present(source: str, target: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.copy2(source, target)
+
+    shutil.copytree(root, crashed, copy_function=copy_if_present)
 
 
 def delay_broker(make_broker, levels: str = LEVELS, **overrides):
@@ -311,7 +327,7 @@ def test_restart_after_a_crash_delivers_each_delayed_message_exactly_once(
         assert len(unique_keys_in(first)) == 5
         # A process crash leaves the files as the kernel has them: mapped pages included,
         # the abort file present, delayOffset.json as last written.
-        shutil.copytree(root, crashed)
+        copy_as_crashed(root, crashed)
         await first.shutdown(grace_s=1.0)
 
     asyncio.run(until_crash())
@@ -350,7 +366,7 @@ def test_a_forged_mark_does_not_skip_pending_messages_after_a_crash(
         # Batches are stored as sent; this one claims level 1 delivered up to offset 2.
         forged = BatchEntry(b"x", encode_properties({PROPERTY_DELAY_QUEUE_OFFSET: "1:2"}))
         await send_all(first, handlers, batch_request("Orders", [forged]))
-        shutil.copytree(root, crashed)
+        copy_as_crashed(root, crashed)
         await first.shutdown(grace_s=1.0)
 
     asyncio.run(until_crash())
