@@ -52,11 +52,7 @@ class BrokerCollector:
         parts = self._parts
         stats = parts.stats
         config = parts.config
-        info = GaugeMetricFamily("tidemq_broker_info", "This broker: cluster, name, role.",
-                                 labels=("cluster", "broker", "broker_id", "role", "version"))
-        info.add_metric((config.broker_cluster_name, config.broker_name, str(config.broker_id),
-                         str(config.broker_role.value), str(TIDEMQ_VERSION)), 1)
-        yield info
+        yield from self._identity()
         yield from self._traffic(stats)
         yield _histogram("tidemq_broker_put_latency_seconds",
                          "Store puts (a send, a batch, or sends stored together), their "
@@ -72,6 +68,28 @@ class BrokerCollector:
                                         "Open client connections.")
         connections.add_metric((), self._connection_count())
         yield connections
+
+    def _identity(self) -> Iterator[Metric]:
+        # The role and brokerId now, not as configured: a role switch (failover) changes them.
+        parts = self._parts
+        config = parts.config
+        role = parts.role
+        info = GaugeMetricFamily("tidemq_broker_info",
+                                 "This broker: cluster, name, current brokerId and role.",
+                                 labels=("cluster", "broker", "broker_id", "role", "version"))
+        info.add_metric((config.broker_cluster_name, config.broker_name, str(role.broker_id),
+                         str(role.role.value), str(TIDEMQ_VERSION)), 1)
+        yield info
+        epoch = GaugeMetricFamily("tidemq_broker_master_epoch",
+                                  "The master epoch this broker last took part in (0: a "
+                                  "static master/slave group).")
+        epoch.add_metric((), role.epoch)
+        yield epoch
+        writable = GaugeMetricFamily("tidemq_broker_accepts_writes",
+                                     "1 when this broker takes sends now; 0 on a slave, a "
+                                     "fenced master or during a role switch.")
+        writable.add_metric((), 1 if role.accepts_writes else 0)
+        yield writable
 
     def _traffic(self, stats) -> Iterator[Metric]:
         messages_in = CounterMetricFamily(

@@ -14,6 +14,7 @@ from pathlib import Path
 from tidemq.broker.config import BrokerRole
 from tidemq.broker.controller import BrokerController
 from tidemq.broker.ha.wire import encode_report
+from tidemq.broker.metrics import BrokerCollector
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
@@ -86,6 +87,16 @@ def make_pair(make_broker, role: BrokerRole = BrokerRole.ASYNC_MASTER
             store_kind="file", listen_port=free_pair(), broker_name="broker-r",
             broker_role=role, store_overrides=HA_FAST))
     return brokers[0], brokers[1]
+
+
+def identity_metrics(broker: BrokerController) -> dict:
+    """The role, brokerId, epoch and writability a scrape of the broker's metrics shows."""
+    samples = {sample.name: sample for family in BrokerCollector(broker.parts, lambda: 0)
+               .collect() for sample in family.samples}
+    info = samples["tidemq_broker_info"].labels
+    return {"role": info["role"], "broker_id": info["broker_id"],
+            "epoch": samples["tidemq_broker_master_epoch"].value,
+            "writable": samples["tidemq_broker_accepts_writes"].value}
 
 
 async def send(client: RemotingClient, broker: BrokerController, key: str) -> RemotingCommand:
@@ -241,6 +252,7 @@ def test_a_promoted_slave_takes_writes_as_sync_master_and_delivers_delayed_messa
         client = RemotingClient()
         try:
             refused = await send(client, slave, "before")
+            identity_before = identity_metrics(slave)
             await slave.role.become_master(3)
             header = SendMessageRequestHeader(
                 producer_group="pg", topic="Orders", default_topic="TBW102",
@@ -257,12 +269,16 @@ def test_a_promoted_slave_takes_writes_as_sync_master_and_delivers_delayed_messa
             await slave.role.become_master(4)
             assert slave.store.commit_log_max_offset() == end > 0
             assert slave.role.last_truncation is None
-            return refused, delayed, config.body.decode()
+            return refused, delayed, config.body.decode(), identity_before
         finally:
             await client.close()
             await slave.shutdown(grace_s=1.0)
 
-    refused, delayed, config = asyncio.run(scenario())
+    refused, delayed, config, identity_before = asyncio.run(scenario())
+    # The metrics follow the switch, not the configuration.
+    assert identity_before == {"role": "SLAVE", "broker_id": "1", "epoch": 0.0, "writable": 0.0}
+    assert identity_metrics(slave) == {"role": "SYNC_MASTER", "broker_id": "0", "epoch": 4.0,
+                                       "writable": 1.0}
     assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
     # No slave yet: stored on this master only, said so (never SEND_OK without a copy).
     assert delayed.code == ResponseCode.SLAVE_NOT_AVAILABLE
