@@ -51,7 +51,6 @@ class BrokerCollector:
     def collect(self) -> Iterator[Metric]:
         parts = self._parts
         stats = parts.stats
-        config = parts.config
         yield from self._identity()
         yield from self._traffic(stats)
         yield _histogram("tidemq_broker_put_latency_seconds",
