@@ -1,8 +1,9 @@
 """Message trace against real name server and broker processes: a traced send and a traced
 consume (one failed call, one retry) leave Pub, SubBefore and SubAfter records in
 RMQ_SYS_TRACE_TOPIC that ``query_message_trace`` and ``tidemq admin QueryMsgTraceById``
-read back; records in RocketMQ's own layout (as the Apache clients write them) read the
-same way; and a trace topic that cannot be written never fails or holds up a send.
+read back (the Pub although the first write of its trace message failed: it is retried);
+records in RocketMQ's own layout (as the Apache clients write them) read the same way; and a
+trace topic that cannot be written never fails or holds up a send.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tidemq.client import (
 )
 from tidemq.client.trace_data import MessageType, TraceType
 from tidemq.client.trace_query import MessageTrace, query_message_trace
+from tidemq.remoting.errors import RemotingTimeout
 
 pytestmark = pytest.mark.integration
 
@@ -72,6 +74,20 @@ async def wait_for_trace(admin: Admin, msg_id: str, done: Callable[[MessageTrace
         await asyncio.sleep(0.2)
 
 
+def fail_first_trace_write(dispatcher) -> None:
+    """Make the first trace message ``dispatcher`` writes fail as a timed-out send does."""
+    send = dispatcher._send
+    failed: list[bool] = []
+
+    async def failing_once(topic: str, body: bytes, keys: list[str]) -> None:
+        if not failed:
+            failed.append(True)
+            raise RemotingTimeout("injected: the trace topic's first write timed out")
+        await send(topic, body, keys)
+
+    dispatcher._send = failing_once
+
+
 def test_traced_send_and_consume_show_the_message_life(tidemq_cluster) -> None:
     cluster = tidemq_cluster(broker_overrides={"traceTopicEnable": "true",
                                                "messageDelayLevel": DELAY_LEVELS})
@@ -83,9 +99,13 @@ def test_traced_send_and_consume_show_the_message_life(tidemq_cluster) -> None:
             await create_topic(admin, "TracedOrders")
             before_ms = int(time.time() * 1000)
             async with Producer("traced_producer", namesrv, enable_msg_trace=True) as producer:
+                dispatcher = producer.tracer.dispatcher
+                fail_first_trace_write(dispatcher)
                 result = await producer.send(Message("TracedOrders", b'{"id": 42}',
                                                      tags="paid", keys=["order-42"]))
                 producer_id = producer.client_id
+            # the first write failed, the retry stored it; the send never saw either
+            assert (dispatcher.sent, dispatcher.failed, dispatcher.retried) == (1, 0, 1)
             calls: list[MessageExt] = []
             consumer = PushConsumer("traced_consumer", namesrv, consume_from="FIRST",
                                     enable_msg_trace=True)

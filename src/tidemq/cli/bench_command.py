@@ -205,7 +205,7 @@ async def run_produce(namesrv: str, topic: str, size: int, batch: int, concurren
     if producer.tracer is not None:
         dispatcher = producer.tracer.dispatcher
         summary.trace_records = {"written": dispatcher.sent, "failed": dispatcher.failed,
-                                 "dropped": dispatcher.dropped}
+                                 "dropped": dispatcher.dropped, "retried": dispatcher.retried}
     return _finish(summary, latencies_ms, done[0] * size)
 
 

@@ -11,9 +11,16 @@ The writer task waits a short linger for more records, then cuts the buffer into
 messages of at most ``body_bytes_max`` bytes of text and ``keys_bytes_max`` bytes of keys
 (the KEYS property must stay well inside the 32767-byte properties limit) and sends them
 with the given sender (a producer of group ``_INNER_TRACE_PRODUCER``), at most
-``sends_in_flight_max`` at once. A failed send is logged (once per ``FAILURE_LOG_EVERY``
-failures) and its records counted in ``failed``; nothing is retried, so a trace topic that
-cannot be written costs one failed request per trace message, not a growing backlog.
+``sends_in_flight_max`` at once. A send that fails (a timeout under load, a broker
+restarting, a route not there yet) is tried again up to ``send_retries`` times, after a
+pause that starts at ``retry_backoff_ms`` and doubles, as RocketMQ's trace producer retries
+a failed asynchronous send twice. The retrying send keeps its slot, so a trace topic that
+cannot be written slows the writer down and the bounded buffer fills and drops (counted,
+logged at most once per ``DROP_LOG_INTERVAL_S``), instead of a backlog that grows. A trace
+message whose every attempt failed is logged (once per ``FAILURE_LOG_EVERY`` lost records)
+and its records counted in ``failed``. A retry after a timeout may store a trace message
+twice (the first attempt may have been stored after all); readers drop the duplicate
+records (trace_query).
 
 ``close`` gives the records still buffered one last chance (bounded by a timeout), then
 closes the sender. Everything runs on the client's event loop.
@@ -24,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,7 +48,13 @@ TRACE_BUFFER_PIECES_MAX = 8192
 # How long the writer waits for more records before sending a partly filled trace message.
 TRACE_LINGER_MS = 20
 SENDS_IN_FLIGHT_MAX = 4
+# A failed trace send is tried again this often (RocketMQ's trace producer: its async send's
+# retryTimesWhenSendAsyncFailed, 2), the first retry after this pause, each next after twice
+# the previous one.
+TRACE_SEND_RETRIES = 2
+TRACE_RETRY_BACKOFF_MS = 200
 FAILURE_LOG_EVERY = 100
+DROP_LOG_INTERVAL_S = 10.0
 CLOSE_TIMEOUT_MS = 3000
 
 
@@ -65,11 +79,15 @@ class TraceDispatcher:
         send: writes one trace message (see ``TraceSend``).
         close_sender: closes whatever ``send`` uses, at ``close``.
         buffer_pieces_max, body_bytes_max, keys_bytes_max, linger_ms,
-            sends_in_flight_max: limits and pacing (module docstring).
+            sends_in_flight_max, send_retries, retry_backoff_ms: limits and pacing (module
+            docstring).
 
     Attributes:
         appended, sent, failed, dropped: records handed in, stored in the trace topic,
-            lost to a failed send, dropped because the buffer was full.
+            lost to a send that failed every attempt, dropped because the buffer was full
+            (or the dispatcher closed).
+        retried: records whose trace message was sent again after a failed attempt (once
+            per retry).
     """
 
     def __init__(
@@ -83,6 +101,8 @@ class TraceDispatcher:
         keys_bytes_max: int = TRACE_KEYS_BYTES_MAX,
         linger_ms: int = TRACE_LINGER_MS,
         sends_in_flight_max: int = SENDS_IN_FLIGHT_MAX,
+        send_retries: int = TRACE_SEND_RETRIES,
+        retry_backoff_ms: int = TRACE_RETRY_BACKOFF_MS,
     ) -> None:
         self.topic = topic
         self._send = send
@@ -93,6 +113,8 @@ class TraceDispatcher:
         self._keys_bytes_max = keys_bytes_max
         self._linger_s = linger_ms / 1000
         self._slots = asyncio.Semaphore(sends_in_flight_max)
+        self._send_retries = max(0, send_retries)
+        self._retry_backoff_s = retry_backoff_ms / 1000
         self._wakeup = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
@@ -101,6 +123,9 @@ class TraceDispatcher:
         self.sent = 0
         self.failed = 0
         self.dropped = 0
+        self.retried = 0
+        self._drops_unlogged = 0
+        self._drop_logged_at: float | None = None
 
     def start(self) -> None:
         """Start the writer task (on the running loop). Idempotent."""
@@ -113,6 +138,7 @@ class TraceDispatcher:
         full or the dispatcher is closing. Never blocks, never raises."""
         if self._closing or len(self._buffer) >= self._buffer_pieces_max:
             self.dropped += piece.records
+            self._log_drop(piece.records)
             return False
         self._buffer.append(piece)
         self.appended += piece.records
@@ -186,20 +212,53 @@ class TraceDispatcher:
 
     async def _write(self, body: bytes, keys: list[str], records: int) -> None:
         try:
-            await self._send(self.topic, body, keys)
+            retries_left = self._send_retries
+            pause_s = self._retry_backoff_s
+            while True:
+                try:
+                    await self._send(self.topic, body, keys)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    if retries_left <= 0:
+                        self._lost(records, e)
+                        return
+                    retries_left -= 1
+                    self.retried += records
+                    log.debug("trace send to topic %r failed (%s); trying again in %.0f ms",
+                              self.topic, e, pause_s * 1000)
+                    await asyncio.sleep(pause_s)
+                    pause_s *= 2
+                else:
+                    self.sent += records
+                    return
         except asyncio.CancelledError:
             self.failed += records
             raise
-        except Exception as e:
-            self.failed += records
-            failures = self.failed
-            if failures <= records or failures // FAILURE_LOG_EVERY != (
-                    failures - records) // FAILURE_LOG_EVERY:
-                log.warning("could not write %d trace record(s) to topic %r (%d lost so far; "
-                            "sends are not affected): %s. Create the topic or let the broker "
-                            "create it (traceTopicEnable=true or autoCreateTopicEnable=true)",
-                            records, self.topic, failures, e)
-        else:
-            self.sent += records
         finally:
             self._slots.release()
+
+    def _lost(self, records: int, error: Exception) -> None:
+        self.failed += records
+        failures = self.failed
+        if failures <= records or failures // FAILURE_LOG_EVERY != (
+                failures - records) // FAILURE_LOG_EVERY:
+            log.warning("could not write %d trace record(s) to topic %r after %d attempt(s) "
+                        "(%d lost so far; sends are not affected): %s. Create the topic or let "
+                        "the broker create it (traceTopicEnable=true or "
+                        "autoCreateTopicEnable=true)", records, self.topic,
+                        1 + self._send_retries, failures, error)
+
+    def _log_drop(self, records: int) -> None:
+        # Rate-limited: under a burst every append may drop, and a log line each would cost
+        # the traced client more than the trace itself.
+        self._drops_unlogged += records
+        now = time.monotonic()
+        if self._drop_logged_at is not None and now - self._drop_logged_at < DROP_LOG_INTERVAL_S:
+            return
+        self._drop_logged_at = now
+        log.warning("trace buffer full (%d pieces) or closing: dropped %d trace record(s) "
+                    "(%d in all; sends are not affected). The trace topic %r is written "
+                    "slower than records come, or not at all", self._buffer_pieces_max,
+                    self._drops_unlogged, self.dropped, self.topic)
+        self._drops_unlogged = 0

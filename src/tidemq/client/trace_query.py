@@ -5,7 +5,7 @@ SubAfter. This is what ``tidemq admin QueryMsgTraceById`` and the console show.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
 from tidemq.client.admin import Admin
 from tidemq.client.trace_data import TRACE_TOPIC_DEFAULT, TraceRecord, TraceType, decode_records
@@ -124,6 +124,9 @@ async def query_message_trace(
     messages = await admin.query_message_by_key(topic, msg_id, begin_ms=begin_ms,
                                                 end_ms=end_ms, max_num=max_num)
     trace = MessageTrace(msg_id)
+    # A trace message re-sent after a timed-out attempt may be stored twice: its records
+    # come back identical (same times, ids and costs), which two real events never are.
+    seen: set[tuple] = set()
     for message in messages:
         for record in decode_records(message.uncompressed_body()):
             if record.msg_id != msg_id:
@@ -131,5 +134,9 @@ async def query_message_trace(
             if record.client_host is None:
                 # RocketMQ's own readers show the trace message's born host as the client.
                 record.client_host = message.born_host
+            identity = astuple(record)
+            if identity in seen:
+                continue
+            seen.add(identity)
             trace.records.append(record)
     return trace

@@ -22,7 +22,7 @@ from tidemq.client.trace_data import (
     trace_keys,
 )
 from tidemq.client.trace_dispatcher import TraceDispatcher, TracePiece
-from tidemq.client.trace_query import MessageTrace
+from tidemq.client.trace_query import MessageTrace, query_message_trace
 from tidemq.client.tracer import TRACE_PIECE_RECORDS_MAX, Tracer, TracingInvoker
 from tidemq.protocol.message import MessageExt
 
@@ -250,7 +250,7 @@ def test_dispatcher_counts_failures_and_drops_without_raising() -> None:
 
     async def scenario() -> TraceDispatcher:
         dispatcher = TraceDispatcher("T", failing_send, close, buffer_pieces_max=3,
-                                     linger_ms=1)
+                                     linger_ms=1, send_retries=2, retry_backoff_ms=1)
         accepted = [dispatcher.append(TracePiece("r", ["k"], 1)) for _ in range(5)]
         assert accepted == [True, True, True, False, False]
         dispatcher.start()
@@ -261,4 +261,85 @@ def test_dispatcher_counts_failures_and_drops_without_raising() -> None:
     dispatcher = asyncio.run(scenario())
     assert (dispatcher.appended, dispatcher.sent, dispatcher.failed, dispatcher.dropped) == (
         3, 0, 3, 3)
-    assert calls == 1
+    assert calls == 3  # one trace message: the first attempt and two retries, then lost
+    assert dispatcher.retried == 6  # its 3 records, re-sent twice
+
+
+def test_dispatcher_retries_a_failed_trace_send_until_it_is_stored() -> None:
+    """The trace topic's first write fails (a timeout under load, say): the dispatcher
+    sends the same trace message again and its records arrive; the traced client only ever
+    called append, which returned at once."""
+    attempts: list[tuple[bytes, list[str]]] = []
+
+    async def send_failing_once(topic: str, body: bytes, keys: list[str]) -> None:
+        attempts.append((body, keys))
+        if len(attempts) == 1:
+            raise TimeoutError("trace send timed out after 3000 ms")
+
+    async def close() -> None:
+        return None
+
+    async def scenario() -> TraceDispatcher:
+        dispatcher = TraceDispatcher("T", send_failing_once, close, linger_ms=1,
+                                     retry_backoff_ms=1)
+        dispatcher.start()
+        assert dispatcher.append(TracePiece("Pub\x01record\x02", ["ID-1", "order-7"], 1))
+        await dispatcher.close()
+        return dispatcher
+
+    dispatcher = asyncio.run(scenario())
+    assert (dispatcher.sent, dispatcher.failed, dispatcher.dropped, dispatcher.retried) == (
+        1, 0, 0, 1)
+    assert attempts == [(b"Pub\x01record\x02", ["ID-1", "order-7"])] * 2
+
+
+def test_dispatcher_drops_are_logged_at_most_once_per_interval(caplog) -> None:
+    async def send(topic: str, body: bytes, keys: list[str]) -> None:
+        return None
+
+    async def close() -> None:
+        return None
+
+    async def scenario() -> TraceDispatcher:
+        dispatcher = TraceDispatcher("T", send, close, buffer_pieces_max=1)
+        for _ in range(50):
+            dispatcher.append(TracePiece("r", ["k"], 2))
+        return dispatcher
+
+    with caplog.at_level("WARNING", logger="tidemq.client.trace"):
+        dispatcher = asyncio.run(scenario())
+    assert dispatcher.dropped == 98
+    drops = [r for r in caplog.records if "trace buffer full" in r.getMessage()]
+    assert len(drops) == 1 and "dropped 2 trace record(s)" in drops[0].getMessage()
+
+
+class _StoredTraceMessage:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.born_host = "127.0.0.1:50000"
+
+    def uncompressed_body(self) -> bytes:
+        return self.body
+
+
+class _TraceTopicByKey:
+    """query_message_by_key over fixed trace messages (as Admin answers it)."""
+
+    def __init__(self, bodies: list[bytes]) -> None:
+        self.bodies = bodies
+
+    async def query_message_by_key(self, topic: str, key: str, **_: object) -> list:
+        return [_StoredTraceMessage(body) for body in self.bodies]
+
+
+def test_a_trace_message_stored_twice_reads_once() -> None:
+    """A retried trace send whose first attempt was stored after all (its answer timed out)
+    leaves the same records twice; the reader shows each once, and keeps real repeats."""
+    first = TraceRecord(TraceType.PUB, msg_id="ID-A", timestamp_ms=1764150000000, group="pg",
+                        topic="Orders", body_length=3, offset_msg_id="OFF-A")
+    resent = TraceRecord(TraceType.PUB, msg_id="ID-A", timestamp_ms=1764150000900,
+                         group="pg", topic="Orders", body_length=3, offset_msg_id="OFF-B")
+    body = encode_records([first, TraceRecord(TraceType.PUB, msg_id="ID-B")]).encode()
+    admin = _TraceTopicByKey([body, body, encode_records([resent]).encode()])
+    trace = asyncio.run(query_message_trace(admin, "ID-A"))  # type: ignore[arg-type]
+    assert [r.offset_msg_id for r in trace.sends] == ["OFF-A", "OFF-B"]
