@@ -14,6 +14,8 @@ Each case times one operation a broker or client does per request, through publi
     batch_body_encode_64      client: 64 BatchEntry of 1 KiB -> SEND_BATCH_MESSAGE body
     batch_body_decode_64      broker: that body -> 64 BatchEntry
     pull_body_decode_32       client: a 32-record pull body through iter_records
+    pull_receive_256          client: a 256-record pull answer (~300 KB) fed in 64 KiB reads,
+                              then its records decoded as a PullConsumer does (CRC checked)
 
 Figures are microseconds per operation (and per message or frame where an operation holds
 several): the median of ``--runs`` runs, each a loop long enough to take about
@@ -57,11 +59,14 @@ _CODEC_MODULES = (
     "tidemq.protocol.frame",
     "tidemq.protocol.headers",
     "tidemq.protocol.message",
+    "tidemq.protocol.pulled_records",
 )
 
 BODY_SIZE_BYTES = 1024
 BATCH_MESSAGES = 64
 PULL_MESSAGES = 32
+RECEIVE_MESSAGES = 256  # a large pull answer, as with --pull-batch-size 256
+RECEIVE_READ_BYTES = 64 * 1024  # what one socket read hands over
 FRAMES_PER_READ = 64
 
 
@@ -268,6 +273,22 @@ def build_cases(codec: SimpleNamespace) -> list[Case]:
         command = pull_response_feed()
         return codec.PullMessageResponseHeader.from_ext_fields(command.ext_fields), command.body
 
+    receive_body = _stored_records(codec, RECEIVE_MESSAGES)
+    receive_frame = RemotingCommand.response_to(
+        pull_request, ResponseCode.SUCCESS, None, pull_response_header.to_ext_fields(),
+        receive_body,
+    ).encode()
+    receive_reads = [receive_frame[start : start + RECEIVE_READ_BYTES]
+                     for start in range(0, len(receive_frame), RECEIVE_READ_BYTES)]
+
+    def pull_receive() -> object:
+        decoder = codec.FrameDecoder()
+        for read in receive_reads:
+            commands = decoder.feed(read)
+        (command,) = commands
+        return codec.decode_pulled_records(command.body, "broker-a", damaged=[],
+                                           decompress=True)
+
     many_decoder = codec.FrameDecoder()
 
     def frames_in_one_read() -> object:
@@ -301,6 +322,7 @@ def build_cases(codec: SimpleNamespace) -> list[Case]:
             PULL_MESSAGES,
             "msg",
         ),
+        Case(f"pull_receive_{RECEIVE_MESSAGES}", pull_receive, RECEIVE_MESSAGES, "msg"),
     ]
 
 

@@ -72,6 +72,9 @@ class Summary:
     first_error: str | None = None
     # with --trace: trace records written / failed / dropped (counted after close)
     trace_records: dict[str, int] | None = None
+    # consume: CPU seconds (user + system, all threads) this process spent over ``seconds``,
+    # so a harness can tell client CPU per message without counting start-up
+    cpu_s: float | None = None
     machine: dict[str, object] = field(default_factory=lambda: {
         "python": platform.python_version(), "platform": platform.platform(),
         "cpus": os.cpu_count(),
@@ -228,6 +231,7 @@ async def run_consume(namesrv: str, topic: str, group: str, from_where: str,
         else:
             await consumer.seek_to_end()
         started = time.perf_counter()
+        cpu_started = time.process_time()
         deadline = started + seconds if seconds is not None else None
         follower = asyncio.ensure_future(
             _Progress(show_progress, count, seconds, "consume").follow(started, done))
@@ -250,6 +254,7 @@ async def run_consume(namesrv: str, topic: str, group: str, from_where: str,
             follower.cancel()
             await asyncio.gather(follower, return_exceptions=True)
         summary.seconds = time.perf_counter() - started
+        summary.cpu_s = time.process_time() - cpu_started
     summary.messages = done[0]
     summary.size = bytes_total // done[0] if done[0] else 0
     return _finish(summary, latencies_ms, bytes_total)

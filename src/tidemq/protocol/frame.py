@@ -8,6 +8,12 @@ only now and then, so many small frames in one feed cost no repeated copying. A 
 many small frames costs one unpack of length and header word per frame, checked inline, and
 the header decode; a ``bytes`` read (what a transport hands over) is sliced without a view.
 
+A large frame (``large_frame_bytes`` or more, e.g. a pull answer of hundreds of records)
+arrives over several reads. Its reads are kept as they came (views of the transport's
+``bytes``, nothing copied) until the last one is in; then the header is decoded from the
+first read and the body is made by one join of the reads. Through the buffer the same frame
+was copied three times (into the buffer, out of it as the body, and again when compacting).
+
 A frame's 4-byte length is checked as soon as it arrives, before the decoder waits for the
 rest: below 4 (no room for the header word) or above ``frame_size_max`` is an error. The header
 word is checked as soon as its 4 bytes arrive (known serialize type, header no longer than the
@@ -43,6 +49,10 @@ _SERIALIZE_TYPE_MAX = 1  # 0 JSON, 1 ROCKETMQ
 # compaction then moves at most as many bytes as were consumed since the last one.
 _COMPACT_THRESHOLD_BYTES = 64 * 1024
 
+# A frame at least this long (its whole length, prefix included) whose header is in hand but
+# whose body is not is collected read by read and joined once (module docstring).
+LARGE_FRAME_BYTES = 64 * 1024
+
 
 class FrameDecoder:
     """Split a byte stream into RemotingCommands.
@@ -50,19 +60,28 @@ class FrameDecoder:
     Args:
         frame_size_max: largest accepted frame length (the prefix's value: header word, header
             and body). Defaults to ``limits.FRAME_SIZE_MAX`` (16 MiB), RocketMQ's default.
+        large_frame_bytes: frames at least this long (prefix included) are collected read by
+            read and joined once instead of going through the buffer (module docstring).
     """
 
-    def __init__(self, frame_size_max: int = limits.FRAME_SIZE_MAX) -> None:
+    def __init__(self, frame_size_max: int = limits.FRAME_SIZE_MAX,
+                 large_frame_bytes: int = LARGE_FRAME_BYTES) -> None:
         self.frame_size_max = frame_size_max
+        self.large_frame_bytes = large_frame_bytes
         self._buffer = bytearray()
         self._position = 0  # bytes of _buffer already decoded
         self._checked_frame_at = -1  # buffer position whose length and header word passed
         self._error: ProtocolError | None = None
+        # The reads of an unfinished large frame (its first holds the whole header), their
+        # total size and the frame's size; None when no large frame is being collected.
+        self._parts: list[bytes | memoryview] | None = None
+        self._parts_bytes = 0
+        self._large_size = 0
 
     @property
     def buffered_bytes(self) -> int:
         """Bytes received but not yet returned as part of a command."""
-        return len(self._buffer) - self._position
+        return len(self._buffer) - self._position + self._parts_bytes
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         """Take the next bytes of the stream; return the commands they complete, in order.
@@ -85,6 +104,8 @@ class FrameDecoder:
         if not data:
             return []
         try:
+            if self._parts is not None:
+                return self._feed_large(data)
             if self._position == len(self._buffer):
                 # Nothing waiting: decode straight from ``data``, keep only its unfinished tail.
                 if self._buffer:
@@ -96,7 +117,8 @@ class FrameDecoder:
                 else:
                     with memoryview(data) as view:
                         commands, consumed = self._decode_available(view, 0)
-                if consumed < len(data):
+                # The tail's length and header word were checked by _decode_available.
+                if consumed < len(data) and not self._start_large(data, consumed):
                     self._buffer += memoryview(data)[consumed:]
                     # Positions were counted in ``data``; the tail now starts the buffer.
                     self._checked_frame_at = 0 if self._checked_frame_at == consumed else -1
@@ -105,12 +127,69 @@ class FrameDecoder:
             with memoryview(self._buffer) as view:
                 commands, self._position = self._decode_available(view, self._position)
             self._compact()
+            if self._position == 0 and self._checked_frame_at == 0:
+                # A checked large frame now starts the buffer: collect the rest read by read.
+                buffered = bytes(self._buffer)
+                if self._start_large(buffered, 0):
+                    self._buffer.clear()
+                    self._checked_frame_at = -1
             return commands
         except ProtocolError as e:
             self._error = e
             self._buffer = bytearray()  # nothing more will be decoded; free the memory
             self._position = 0
+            self._parts = None
+            self._parts_bytes = 0
             raise
+
+    def _start_large(self, data: bytes | bytearray | memoryview, start: int) -> bool:
+        """Begin collecting the large frame that starts at ``data[start]`` (its length and
+        header word already checked) when its whole header is there; False if not large or
+        the header is not all there yet."""
+        if len(data) - start < _FRAME_HEAD_SIZE:
+            return False
+        length, word = _FRAME_HEAD.unpack_from(data, start)
+        size = length + FRAME_PREFIX_SIZE
+        if size < self.large_frame_bytes or (
+            len(data) - start < _FRAME_HEAD_SIZE + (word & HEADER_LENGTH_MAX)
+        ):
+            return False
+        tail: bytes | memoryview = memoryview(data)[start:]
+        if not _immutable(data):  # a caller's buffer may change once feed returns
+            tail = bytes(tail)
+        self._parts = [tail]
+        self._parts_bytes = len(tail)
+        self._large_size = size
+        return True
+
+    def _feed_large(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        """``feed`` while a large frame is being collected."""
+        parts = self._parts
+        assert parts is not None
+        missing = self._large_size - self._parts_bytes
+        if len(data) < missing:
+            parts.append(data if _immutable(data) else bytes(data))
+            self._parts_bytes += len(data)
+            return []
+        view = memoryview(data)
+        parts.append(view[:missing])
+        self._parts = None
+        self._parts_bytes = 0
+        first = parts[0]
+        word = _FRAME_HEAD.unpack_from(first, 0)[1]
+        header_end = _FRAME_HEAD_SIZE + (word & HEADER_LENGTH_MAX)
+        command = decode_checked_frame(first, word >> 24, _FRAME_HEAD_SIZE, header_end,
+                                       header_end)
+        parts[0] = memoryview(first)[header_end:]
+        body = b"".join(parts)
+        if body:
+            command.body = body
+        if missing == len(data):
+            return [command]
+        rest: bytes | memoryview = view[missing:]
+        if not _immutable(data):
+            rest = bytes(rest)  # the caller's buffer may change once feed returns
+        return [command, *self.feed(rest)]
 
     def _decode_available(
         self, source: bytes | memoryview, position: int
@@ -180,6 +259,11 @@ class FrameDecoder:
                 self._checked_frame_at = 0
             else:
                 self._checked_frame_at = -1
+
+
+def _immutable(data: bytes | bytearray | memoryview) -> bool:
+    """True for ``bytes`` and views of ``bytes``: safe to keep a view of after ``feed``."""
+    return type(data) is bytes or (type(data) is memoryview and type(data.obj) is bytes)
 
 
 def encode_frame(command: RemotingCommand) -> bytes:

@@ -5,9 +5,11 @@ topic, queue and offset; its properties, hosts, timestamps and the record's book
 (sizes, CRC, commit-log offset) are read far less often. Storing seventeen fields on each of
 those objects was most of the cost of decoding a record, so a pulled record sets only the
 common ones (``topic``, ``body``, ``queue_id``, ``queue_offset``, ``broker_name``) and keeps
-the unpacked fixed part of the record and the PROPERTIES bytes; any other field is made from
-them when first read (``PulledMessageExt.__getattr__``) and then stored like any other, so a
-second read is a plain attribute read and a value a caller assigns is never overwritten.
+the bytes of the record's fixed part and of its PROPERTIES; any other field is made from
+them when first read (``PulledMessageExt.__getattr__``; the fixed part is unpacked then,
+once) and then stored like any other, so a second read is a plain attribute read and a
+value a caller assigns is never overwritten. The pass itself unpacks only the seven fixed
+fields it needs.
 
 The pass does in the same loop what a consumer needs done to each record: the body's CRC is
 checked against BODYCRC (a record that fails is set aside, never handed out as intact), a
@@ -20,6 +22,7 @@ to ``message``'s field-by-field reader, which names what is wrong.
 
 from __future__ import annotations
 
+import struct
 import zlib
 from typing import Any
 
@@ -29,13 +32,13 @@ from tidemq.protocol.message import (
     _INT16,
     MAGIC_V1,
     RECORD_FIXED_SIZE_IPV4,
+    RECORD_PREFIX_IPV4,
     RECORD_PREFIX_SIZE_IPV4,
     SYSFLAG_COMPRESSED,
     SYSFLAG_COMPRESSION_TYPE_MASK,
     SYSFLAG_COMPRESSION_ZLIB,
     MessageExt,
     _decode_record_checked,
-    _unpack_prefix_ipv4,
     decode_properties,
     unpack_host,
 )
@@ -43,6 +46,15 @@ from tidemq.protocol.message import (
 __all__ = ["PulledMessageExt", "decode_pulled_records", "decompress_body"]
 
 _unpack_int16 = _INT16.unpack_from
+_unpack_prefix = RECORD_PREFIX_IPV4.unpack
+
+# The seven fields of the fixed part a pull needs for every record, the rest skipped (an
+# unpack of all seventeen made ten integers per record no consumer asked for): TOTALSIZE,
+# MAGICCODE, BODYCRC, QUEUEID, (FLAG), QUEUEOFFSET, (PHYSICALOFFSET), SYSFLAG,
+# (BORNTIMESTAMP ... PREPAREDTRANSACTIONOFFSET), BODYLENGTH.
+_PULL_FIELDS = struct.Struct(">iiii4xq8xi44xi")
+assert _PULL_FIELDS.size == RECORD_PREFIX_SIZE_IPV4
+_unpack_pull_fields = _PULL_FIELDS.unpack_from
 
 # Where each field made on first use sits in the unpacked fixed part (RECORD_PREFIX_IPV4's 17
 # values: TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG,
@@ -76,17 +88,25 @@ class PulledMessageExt(MessageExt):
         # Called only when the slot ``name`` is unset: a field not made yet (or not a field).
         index = _PREFIX_INDEX.get(name)
         if index is not None:
-            value = self._prefix[index]
+            value = self._fixed_part()[index]
         elif name == "properties":
             value = decode_properties(str(self._properties_raw, "utf-8", "replace"))
         elif name in _HOST_INDEX:
             index = _HOST_INDEX[name]
-            prefix = self._prefix
+            prefix = self._fixed_part()
             value = unpack_host(prefix[index], prefix[index + 1])
         else:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         setattr(self, name, value)
         return value
+
+    def _fixed_part(self) -> tuple[Any, ...]:
+        """The record's fixed part unpacked (RECORD_PREFIX_IPV4's 17 values), unpacked on
+        the first call from the kept bytes."""
+        prefix = self._prefix
+        if type(prefix) is bytes:
+            prefix = self._prefix = _unpack_prefix(prefix)
+        return prefix
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MessageExt):
@@ -139,14 +159,13 @@ def decode_pulled_records(
     while position < end:
         available = end - position
         if available >= RECORD_FIXED_SIZE_IPV4:
-            prefix = _unpack_prefix_ipv4(source, position)
-            total = prefix[0]
-            sysflag = prefix[7]
+            total, magic, body_crc, queue_id, queue_offset, sysflag, body_length = (
+                _unpack_pull_fields(source, position))
             body_start = position + RECORD_PREFIX_SIZE_IPV4
-            body_end = body_start + prefix[16]
+            body_end = body_start + body_length
             record_end = position + total
             if (
-                prefix[1] == MAGIC_V1
+                magic == MAGIC_V1
                 and not sysflag & _HOSTS_V6
                 and total <= available
                 and body_start <= body_end
@@ -167,13 +186,13 @@ def decode_pulled_records(
                         topic_bytes = source[body_end:topic_end]
                         topic = str(topic_bytes[1:], "utf-8", "replace")
                     message.topic = topic
-                    message.queue_id = prefix[3]
-                    message.queue_offset = prefix[5]
+                    message.queue_id = queue_id
+                    message.queue_offset = queue_offset
                     message.broker_name = broker_name
-                    message._prefix = prefix
+                    message._prefix = source[position:body_start]
                     message._properties_raw = source[properties_start:record_end]
                     position = record_end
-                    if check_crc and crc32(body) & 0x7FFFFFFF != prefix[2]:
+                    if check_crc and crc32(body) & 0x7FFFFFFF != body_crc:
                         damaged.append(message)  # type: ignore[union-attr]
                         continue
                     if sysflag & SYSFLAG_COMPRESSED and decompress and not _inflated(
