@@ -187,6 +187,7 @@ def test_bench_produce_and_consume_report_json_summaries(tidemq_cluster):
     assert summary["messages"] == 2000 and summary["errors"] == 0
     assert summary["requests"] == 125 and summary["msgs_per_s"] > 0
     assert summary["latency_ms_p50"] <= summary["latency_ms_p99"] <= summary["latency_ms_p999"]
+    assert 0 < summary["cpu_s"] < 60  # the client's own CPU over the timed part
 
     single = tidemq_cli("bench", "produce", "-t", "BenchIt", "--batch", "0", "--seconds", "1",
                         "--json", namesrv=namesrv)

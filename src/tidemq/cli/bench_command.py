@@ -4,7 +4,8 @@ produce: ``--concurrency`` workers each send in a loop — single messages (``--
 batches of ``--batch`` messages — of ``--size`` random-looking bytes, until ``--count``
 messages or ``--seconds`` have passed (one of them bounds the run; both may be given). The
 latency of each request is recorded; the summary gives msg/s, MB/s and latency p50/p99/p999
-per request.
+per request, and the CPU seconds the client itself spent meanwhile (``cpu_s``: a harness
+reads the cost per request from it, without the start-up of the process).
 
 consume: a PullConsumer reads every queue of the topic (from the first or the last offset)
 until ``--count`` messages or ``--seconds``; the summary gives msg/s, MB/s and, with
@@ -70,6 +71,8 @@ class Summary:
     latency_ms_p99: float | None = None
     latency_ms_p999: float | None = None
     first_error: str | None = None
+    # CPU seconds (user + system, all threads) this process spent in the timed part
+    cpu_s: float | None = None
     # with --trace: trace records written / failed / dropped (counted after close)
     trace_records: dict[str, int] | None = None
     # consume: CPU seconds (user + system, all threads) this process spent over ``seconds``,
@@ -157,6 +160,7 @@ async def run_produce(namesrv: str, topic: str, size: int, batch: int, concurren
         # Warm-up: the first send learns the route (auto-creating the topic if allowed).
         await producer.send(Message(topic, body))
         started = time.perf_counter()
+        cpu_started = time.process_time()
         deadline = started + seconds if seconds is not None else None
 
         interval_s = per_request / rate if rate else 0.0
@@ -204,6 +208,7 @@ async def run_produce(namesrv: str, topic: str, size: int, batch: int, concurren
             follower.cancel()
             await asyncio.gather(follower, return_exceptions=True)
         summary.seconds = time.perf_counter() - started
+        summary.cpu_s = time.process_time() - cpu_started
     summary.messages = done[0]
     if producer.tracer is not None:
         dispatcher = producer.tracer.dispatcher
@@ -299,6 +304,8 @@ def _report(summary: Summary, as_json: bool) -> None:
         ("latency p99", ms(summary.latency_ms_p99)),
         ("latency p999", ms(summary.latency_ms_p999)),
     ]
+    if summary.cpu_s is not None:
+        rows.append(("client CPU", f"{summary.cpu_s:.2f} s"))
     if summary.trace_records is not None:
         rows.append(("trace records", ", ".join(
             f"{value:,} {name}" for name, value in summary.trace_records.items())))
