@@ -71,12 +71,10 @@ class Summary:
     latency_ms_p99: float | None = None
     latency_ms_p999: float | None = None
     first_error: str | None = None
-    # CPU seconds (user + system, all threads) this process spent in the timed part
-    cpu_s: float | None = None
     # with --trace: trace records written / failed / dropped (counted after close)
     trace_records: dict[str, int] | None = None
-    # consume: CPU seconds (user + system, all threads) this process spent over ``seconds``,
-    # so a harness can tell client CPU per message without counting start-up
+    # CPU seconds (user + system, all threads) this process spent over ``seconds`` (produce
+    # and consume), so a harness can tell client CPU per message without counting start-up
     cpu_s: float | None = None
     machine: dict[str, object] = field(default_factory=lambda: {
         "python": platform.python_version(), "platform": platform.platform(),
