@@ -12,6 +12,8 @@ connection kept open.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -31,9 +33,45 @@ from server_processes import (
 from tidemq.protocol.command import RemotingCommand
 from tls_certs import Pki, make_test_pki
 
+_config: pytest.Config | None = None
+_forwarded_to: list[int] = []
+
 
 def _interrupt_on_sigterm(signum: int, frame: object) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # A worker is interrupted once: the controller forwards the SIGTERM that a kill of the
+        # whole process group also brings, and a second KeyboardInterrupt would cut the
+        # teardown that stops this worker's servers. The controller kills a stuck worker.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt(f"pytest-xdist worker got signal {signum}")
+    workers = _xdist_workers()
+    if workers and not _forwarded_to:
+        # The controller of an xdist run: each worker raises KeyboardInterrupt, tears its
+        # servers down and reports "interrupted"; then the controller stops as it would on
+        # Ctrl-C (exit status 2). A second SIGTERM interrupts the controller at once.
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        _forwarded_to.extend(workers)
+        return
     raise KeyboardInterrupt(f"pytest got signal {signum}")
+
+
+def _xdist_workers() -> list[int]:
+    """The PIDs of this controller's pytest-xdist workers (its child processes), or []."""
+    if _config is None or not _config.pluginmanager.has_plugin("dsession"):
+        return []  # not an xdist controller: our children are servers, stopped by teardown
+    me = os.getpid()
+    workers = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces.
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == me:
+                workers.append(int(entry.name))
+    return workers
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,9 +79,23 @@ def pytest_configure(config: pytest.Config) -> None:
 
     Servers run in sessions of their own (a terminal's Ctrl-C is for pytest), so they outlive
     a pytest that dies by the default SIGTERM action; raised as KeyboardInterrupt instead, the
-    fixtures' teardowns still stop every server by the PID they started.
+    fixtures' teardowns still stop every server by the PID they started. Under pytest-xdist
+    the controller passes the signal on to its workers (which run the tests and own the
+    servers) and ends when they have torn down.
     """
+    global _config
+    _config = config
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` (scripts/test) groups tests as tests/suite_scheduling.py says."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from suite_scheduling import SuiteScheduling
+
+    return SuiteScheduling(config, log)
 
 
 @pytest.fixture

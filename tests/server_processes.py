@@ -18,6 +18,7 @@ request over a plain socket and returns the response; ``RemotingSession`` keeps 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import random
@@ -59,17 +60,43 @@ def free_port(*, neighbours: Sequence[int] = ()) -> int:
     and start again on the same port (a SIGKILLed broker, a restarted etcd) would otherwise
     find it taken by some client's outgoing connection, which the kernel may give any free
     ephemeral port — a restarted broker failed so ("address already in use" on its HA port).
-    Another test run may still take the port before we use it, so callers retry on a
-    "cannot listen" start failure.
+
+    Under pytest-xdist each worker draws from its own slice of that range (by
+    ``PYTEST_XDIST_WORKER``), so two workers never pick the same port between one's pick and
+    its server's bind; and a port handed out lately by this process (a server not started
+    yet, a neighbour) is not handed out again. Another test run on the machine may still take
+    the port before we use it, so callers retry on a "cannot listen" start failure.
     """
-    low, high = _FIXED_PORTS
+    low, high = worker_port_range()
     for _ in range(200):
         port = _random.randrange(low, high)
-        if all(_port_is_free(port + offset) and low <= port + offset < high
-               for offset in (0, *neighbours)):
+        wanted = [port + offset for offset in (0, *neighbours)]
+        if all(low <= candidate < high and candidate not in _handed_out
+               and _port_is_free(candidate) for candidate in wanted):
+            _handed_out.extend(wanted)
             return port
     raise RuntimeError(f"no free loopback port in {low}-{high - 1} with free neighbours "
                        "after 200 tries")
+
+
+def worker_port_range() -> tuple[int, int]:
+    """[low, high): this process's ports — the fixed range, or its slice under pytest-xdist.
+
+    Worker ``gwN`` of ``PYTEST_XDIST_WORKER_COUNT`` workers gets the N-th of that many equal
+    slices; outside xdist (or with one worker) the whole range.
+    """
+    low, high = _FIXED_PORTS
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    try:
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        index = int(worker.removeprefix("gw")) if worker.startswith("gw") else 0
+    except ValueError:
+        return low, high
+    if count <= 1:
+        return low, high
+    size = (high - low) // count
+    first = low + (index % count) * size
+    return first, first + size
 
 
 def _fixed_port_range() -> tuple[int, int]:
@@ -86,6 +113,10 @@ def _fixed_port_range() -> tuple[int, int]:
 
 _FIXED_PORTS = _fixed_port_range()
 _random = random.Random()
+# Ports (and neighbours) handed out lately by this process: a caller may pick several before
+# it starts the first server (a broker's ports, then its name server's), and a free-now port
+# picked twice would make the second server fail to listen.
+_handed_out: collections.deque[int] = collections.deque(maxlen=256)
 
 
 def _port_is_free(port: int) -> bool:
