@@ -151,6 +151,37 @@ def test_create_topic_with_a_missing_field_names_it(broker, handlers):
     assert "'perm'" in response.remark
 
 
+def test_a_created_topic_has_its_queue_files_made_ahead_of_any_send(make_broker, handlers,
+                                                                     tmp_path):
+    # A producer floods every queue of a new wide topic at once; files made at its first
+    # send lost that race and the event loop made them (store/queue_file_preparer.py). A
+    # topic created read-only, or narrow, gets none before its first send.
+    import time
+
+    from tidemq.broker.admin_processor import PREPARE_AT_CREATE_MIN_QUEUES as WIDE
+
+    broker = make_broker(store_kind="file",
+                         store_overrides={"mapped_file_size_consume_queue": 6_000_000})
+    created = ask(broker, handlers,
+                  create_topic("Wide", read_queue_nums=WIDE, write_queue_nums=WIDE),
+                  create_topic("Readonly", read_queue_nums=WIDE, write_queue_nums=WIDE,
+                               perm=4),
+                  create_topic("Narrow", write_queue_nums=WIDE - 1))
+    assert [r.code for r in created] == [ResponseCode.SUCCESS] * 3
+    queues = tmp_path / "broker-0" / "consumequeue"
+    deadline = time.monotonic() + 10
+    while not all((queues / "Wide" / str(q) / "00000000000000000000").exists()
+                  for q in range(WIDE)):
+        assert time.monotonic() < deadline, "the new topic's queue files were not made ahead"
+        time.sleep(0.005)
+    assert not (queues / "Readonly").exists()
+    assert not (queues / "Narrow").exists()
+    assert (queues / "Wide" / "0" / "00000000000000000000").stat().st_blocks * 512 <= 4096
+    response = ask(broker, handlers, send("Wide", b"first", queue_id=WIDE - 1))
+    assert response.code == ResponseCode.SUCCESS
+    assert broker.store.max_offset("Wide", WIDE - 1) == 1
+
+
 def test_delete_topic_removes_config_queues_and_offsets(broker, handlers):
     broker.topic_config_manager.update(TopicConfig("Orders", 2, 2))
     ask(broker, handlers, send("Orders"), send("Orders"), send("Orders", queue_id=1))
