@@ -66,7 +66,7 @@ from tidemq.client.request_reply import (
 from tidemq.client.route import TopicRouteData
 from tidemq.client.security import Credentials, TlsOption
 from tidemq.client.trace_data import TRACE_PRODUCER_GROUP, TRACE_TOPIC_DEFAULT
-from tidemq.client.trace_dispatcher import TRACE_BODY_BYTES_MAX, TraceDispatcher
+from tidemq.client.trace_dispatcher import TraceDispatcher
 from tidemq.client.tracer import Tracer
 from tidemq.errors import RemoteProtocolError
 from tidemq.limits import MESSAGE_BODY_SIZE_MAX, group_name_problem
@@ -91,6 +91,9 @@ AUTO_CREATE_TOPIC_KEY = "TBW102"  # RocketMQ's auto-create template topic
 DEFAULT_TOPIC_QUEUE_NUMS = 4  # RocketMQ producer default (docs/protocol.md §11.3)
 COMPRESS_OVER_BYTES = 4096  # compressMsgBodyOverHowmuch
 COMPRESS_LEVEL = 5  # rocketmq.message.compressLevel
+# The trace producer's zlib level: about 2.6 times cheaper than 5 on trace text, which it
+# compresses as well (20-fold).
+TRACE_COMPRESS_LEVEL = 1
 SEND_TIMEOUT_MS = 3000  # sendMsgTimeout
 RETRY_PREFIX = "%RETRY%"  # a consumer group's retry topic is %RETRY%<group>
 RETRY_TIMES_WHEN_SEND_FAILED = 2
@@ -659,9 +662,13 @@ def new_trace_dispatcher(namesrv: str | Iterable[str], topic: str | None, *,
     sender = _TraceSender(Producer(
         TRACE_PRODUCER_GROUP, namesrv,
         instance_name=f"tidemq-trace-{os.getpid()}-{next(_trace_producers)}",
-        # Trace text compresses well, but zlib on 100 KiB bodies would cost the traced
-        # client more CPU than making the records.
-        compress_over_bytes=TRACE_BODY_BYTES_MAX + 1,
+        # As Java's trace producer, compress bodies over 4 KiB: the ~190 bytes of text a
+        # record holds shrink about 20-fold, so a trace message stores ~5 times fewer
+        # bytes (its KEYS, ~33 bytes a record, stay), and the broker saves about what
+        # level 1 costs the client (~0.3-0.4 us per record); RESULTS.md, "Message trace
+        # cost, second pass (issue 15, owner: trace)".
+        compress_over_bytes=COMPRESS_OVER_BYTES,
+        compress_level=TRACE_COMPRESS_LEVEL,
         retry_times_when_send_failed=0,
         credentials=credentials,
         tls=tls,

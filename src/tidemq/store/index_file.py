@@ -901,9 +901,13 @@ class IndexService:
     ) -> tuple[list[int], list[int]] | None:
         # The common batch: as many non-empty keys per message (a UNIQ_KEY and a KEYS token,
         # say). Hashed key position by key position, since a column of unique keys, all of
-        # one length, alphabet and head, hashes fastest (java_string_hashes); None otherwise.
+        # one length, alphabet and head, hashes fastest (java_string_hashes); None otherwise,
+        # and None for a few messages of many keys each (trace messages, ~480 msg ids each,
+        # stored a few together): their columns are too short to hash as a batch, so they
+        # were hashed one key at a time, at twice the cost of hashing all keys together.
         width = len(key_lists[0])
-        if not width or list(map(len, key_lists)).count(width) != len(key_lists):
+        if (not width or width > len(key_lists)
+                or list(map(len, key_lists)).count(width) != len(key_lists)):
             return None
         columns = list(zip(*key_lists, strict=True))
         for column in columns:

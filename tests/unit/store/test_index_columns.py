@@ -93,6 +93,27 @@ def test_a_wide_batch_is_found_by_every_key_after_reopening(tmp_path):
     reopened.close()
 
 
+def test_a_few_trace_messages_of_many_keys_each_hash_all_keys_as_one_batch(tmp_path):
+    """Trace messages (a UNIQ_KEY and ~480 msg ids each) stored a few at a time: their keys
+    are hashed together, not column by column (columns of 3 keys each went one key at a
+    time, twice the cost), and the files are those ``put`` writes."""
+    key_lists = [new_unique_keys(481) for _ in range(3)]
+    offsets = [1000, 21000, 41000]
+    assert IndexService._hash_columns("RMQ_SYS_TRACE_TOPIC", offsets, key_lists) is None
+    one_by_one = service(tmp_path / "one", 100_003, 10_000)
+    batched = service(tmp_path / "batch", 100_003, 10_000)
+    for offset, keys in zip(offsets, key_lists, strict=True):
+        one_by_one.put("RMQ_SYS_TRACE_TOPIC", keys, offset, T0)
+    batched.put_columns("RMQ_SYS_TRACE_TOPIC", offsets, key_lists, T0)
+    for index in (one_by_one, batched):
+        index.flush()
+    assert file_bytes(tmp_path / "batch") == file_bytes(tmp_path / "one")
+    for offset, keys in zip(offsets, key_lists, strict=True):
+        assert batched.query("RMQ_SYS_TRACE_TOPIC", keys[240], 10, *FOREVER) == [offset]
+    one_by_one.close()
+    batched.close()
+
+
 # Strings of one length sharing a head of any characters (a space, non-ASCII, outside
 # "0".."N"), their rest mostly from the window "0".."N", sometimes not.
 @st.composite
