@@ -97,6 +97,7 @@ def test_traced_send_and_consume_show_the_message_life(tidemq_cluster) -> None:
     async def scenario() -> tuple[str, MessageTrace, str, str]:
         async with Admin(namesrv) as admin:
             await create_topic(admin, "TracedOrders")
+            await create_topic(admin, "TracedLines")
             before_ms = int(time.time() * 1000)
             async with Producer("traced_producer", namesrv, enable_msg_trace=True) as producer:
                 dispatcher = producer.tracer.dispatcher
@@ -104,8 +105,24 @@ def test_traced_send_and_consume_show_the_message_life(tidemq_cluster) -> None:
                 result = await producer.send(Message("TracedOrders", b'{"id": 42}',
                                                      tags="paid", keys=["order-42"]))
                 producer_id = producer.client_id
-            # the first write failed, the retry stored it; the send never saw either
-            assert (dispatcher.sent, dispatcher.failed, dispatcher.retried) == (1, 0, 1)
+                # A batch's Pub records (one per message) fill a trace message over 4 KiB,
+                # which is stored compressed, as Java's trace producer stores it.
+                batch = await producer.send_batch([
+                    Message("TracedLines", b"x" * (n + 1), keys=[f"line-{n}"])
+                    for n in range(64)])
+            # The first trace message's write failed and its retry stored it (it held the
+            # single send's record, and the batch's when they came within the linger);
+            # the sends never saw either.
+            assert (dispatcher.sent, dispatcher.failed) == (65, 0)
+            assert dispatcher.retried in (1, 65)
+            batch_ids = [msg_id for result in batch for msg_id in result.msg_ids]
+            batch_trace = await wait_for_trace(admin, batch_ids[37], lambda t: len(t.sends) == 1,
+                                               "the Pub record of a batch's message")
+            assert (batch_trace.sends[0].body_length, batch_trace.sends[0].keys) == (
+                38, "line-37")
+            # (a query answers with the body inflated; the stored record is what shrank)
+            stored = await admin.query_message_by_key(TRACE_TOPIC, batch_ids[37])
+            assert stored and all(m.store_size < len(m.body) for m in stored)
             calls: list[MessageExt] = []
             consumer = PushConsumer("traced_consumer", namesrv, consume_from="FIRST",
                                     enable_msg_trace=True)
