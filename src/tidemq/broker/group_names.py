@@ -98,6 +98,18 @@ def checked(handler: Handler) -> Handler:
     return check_then_handle
 
 
+def checked_now(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """``checked`` for an immediate (plain, never waiting) handler."""
+
+    def check_then_handle(request: RemotingCommand, *args: Any) -> RemotingCommand | None:
+        remark = group_refusal(request)
+        if remark is not None:
+            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark)
+        return handler(request, *args)  # type: ignore[no-any-return]
+
+    return check_then_handle
+
+
 class GroupNameChecked:
     """A server proxy for ``register_processors``: handlers of the codes above are wrapped
     with ``checked``; everything else passes through to the server."""
@@ -108,7 +120,7 @@ class GroupNameChecked:
     def register(self, code: int, handler: Handler, **options: Any) -> None:
         """Register ``handler`` (checked first when ``code`` carries group names)."""
         if code in HEADER_GROUP_FIELDS or code in BODY_GROUP_CODES:
-            handler = checked(handler)
+            handler = checked_now(handler) if options.get("immediate") else checked(handler)
             group_handler = options.pop("group_handler", None)
             if group_handler is not None:
                 # A group handler serves many requests in one call; checking each first

@@ -38,7 +38,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tidemq.protocol.codes import ResponseCode
 from tidemq.protocol.command import RemotingCommand
@@ -68,8 +68,12 @@ class PullMode(enum.Enum):
     FINAL = "final"  # the deadline passed: answer whatever the queue says now
 
 
-# (request, connection, mode) -> the response, or None: parked (FIRST) / keep waiting (WAKE).
-PullExecutor = Callable[["RemotingCommand", "Connection", PullMode], "RemotingCommand | None"]
+# (request, connection, mode, parsed) -> the response, or None: parked (FIRST) / keep waiting
+# (WAKE). ``parsed`` is what the executor gave ``park`` (its parsed request header), so a
+# re-run does not parse the request again.
+PullExecutor = Callable[
+    ["RemotingCommand", "Connection", PullMode, Any], "RemotingCommand | None"
+]
 
 
 @dataclass(slots=True, eq=False)
@@ -83,12 +87,9 @@ class ParkedPull:
     queue_offset: int
     deadline: float  # event-loop time
     executor: PullExecutor  # re-runs the request (the pull processor that parked it)
+    key: str  # ``topic@queueId``, RocketMQ's key for the queue's waiters
+    parsed: Any = field(default=None, repr=False)  # handed back to ``executor``
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
-
-    @property
-    def key(self) -> str:
-        """``topic@queueId``, RocketMQ's key for the queue's waiters."""
-        return f"{self.topic}@{self.queue_id}"
 
 
 class PullRequestHoldService:
@@ -150,9 +151,11 @@ class PullRequestHoldService:
         queue_offset: int,
         timeout_ms: int,
         executor: PullExecutor,
+        parsed: Any = None,
     ) -> bool:
         """Hold ``request`` until a message arrives after ``queue_offset`` or ``timeout_ms``;
-        then ``executor`` re-runs it (WAKE or FINAL) and its answer is sent.
+        then ``executor`` re-runs it (WAKE or FINAL, with ``parsed`` as its last argument)
+        and its answer is sent.
 
         Returns:
             False when ``parked_max`` requests are already parked (the caller answers
@@ -163,19 +166,24 @@ class PullRequestHoldService:
         if self._parked_count >= self.parked_max:
             return False
         loop = self._bind_loop()
+        key = f"{topic}@{queue_id}"
         parked = ParkedPull(
             request, connection, topic, queue_id, queue_offset,
-            deadline=loop.time() + max(timeout_ms, 0) / 1000, executor=executor,
+            loop.time() + max(timeout_ms, 0) / 1000, executor, key, parsed,
         )
         parked.timer = loop.call_at(parked.deadline, self._finish, parked, PullMode.FINAL)
-        self._parked.setdefault(parked.key, []).append(parked)
+        waiters = self._parked.get(key)
+        if waiters is None:
+            self._parked[key] = [parked]
+        else:
+            waiters.append(parked)
         self._parked_count += 1
         self._track_connection(parked)
         # A message appended by another thread between the pull's read and now would have
         # found no waiter to wake; look once more so it is not missed until the re-check.
         max_offset = self._store.max_offset(topic, queue_id)
         if max_offset > queue_offset:
-            self._note_arrival(parked.key, max_offset)
+            self._note_arrival(key, max_offset)
         return True
 
     def on_message_dispatched(self, topic: str, queue_id: int, max_offset: int) -> None:
@@ -247,7 +255,7 @@ class PullRequestHoldService:
             self._unpark(parked)
             return False
         try:
-            response = parked.executor(parked.request, parked.connection, mode)
+            response = parked.executor(parked.request, parked.connection, mode, parked.parsed)
         except Exception as exc:
             log.exception("re-running parked %s from %s failed", parked.request.describe(),
                           parked.connection.remote_address)

@@ -203,8 +203,9 @@ class PullMessageProcessor:
         self._subscription_cache: dict[tuple[str, str | None, str | None], SubscriptionData] = {}
 
     def register(self, server: RemotingServer) -> None:
-        """Register the PULL_MESSAGE handler on ``server``."""
-        server.register(RequestCode.PULL_MESSAGE, self.handle)
+        """Register the PULL_MESSAGE handler on ``server``: an immediate one (a pull reads
+        the store or parks, and never waits), so no task is made per pull."""
+        server.register(RequestCode.PULL_MESSAGE, self.handle_now, immediate=True)
 
     async def handle(
         self, request: RemotingCommand, connection: Connection
@@ -212,8 +213,15 @@ class PullMessageProcessor:
         """The PULL_MESSAGE handler: a response, or None when the pull was parked."""
         return self.process(request, connection, PullMode.FIRST)
 
+    def handle_now(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand | None:
+        """``handle`` as a plain function (the immediate handler ``register`` installs)."""
+        return self.process(request, connection, PullMode.FIRST)
+
     def process(
-        self, request: RemotingCommand, connection: Connection, mode: PullMode
+        self, request: RemotingCommand, connection: Connection, mode: PullMode,
+        header: PullMessageRequestHeader | None = None,
     ) -> RemotingCommand | None:
         """Run one pull.
 
@@ -221,13 +229,16 @@ class PullMessageProcessor:
             mode: FIRST for a pull as it arrives (may park it, commits the offset); WAKE for
                 a parked pull re-run after an arrival (returns None while nothing new matched);
                 FINAL for a parked pull at its deadline (always answers).
+            header: ``request``'s header parsed already (a parked pull's re-run), or None to
+                parse it here.
         Returns:
             The response, or None (parked, or keep waiting).
         """
-        try:
-            header = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
-        except HeaderFieldError as e:
-            return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
+        if header is None:
+            try:
+                header = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
+            except HeaderFieldError as e:
+                return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
         refusal, subscription, group_config = self._check(request, connection, header)
         if refusal is not None:
             return refusal
@@ -285,7 +296,7 @@ class PullMessageProcessor:
             hold = self._pull_holds
             parked = hold.park(
                 request, connection, header.topic, header.queue_id, header.queue_offset,
-                min(max(timeout_ms, 0), SUSPEND_TIMEOUT_MAX_MS), self.process,
+                min(max(timeout_ms, 0), SUSPEND_TIMEOUT_MAX_MS), self.process, header,
             )
             if parked:
                 return None

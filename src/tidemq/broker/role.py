@@ -183,6 +183,22 @@ class ReplicationRole:
             return PutStatus.SERVICE_NOT_AVAILABLE
         return status
 
+    def stored_status_now(self, result: PutResult) -> PutStatus | None:
+        """``stored_status(result, True)`` when there is nothing to wait for (a put that
+        failed, or no SYNC_FLUSH future and no slave to wait for), without a coroutine per
+        send; None when it must be awaited."""
+        status = result.status
+        if status is not PutStatus.PUT_OK:
+            return status
+        if result.durable is not None:
+            return None
+        replication = self.replication
+        if replication is not None and replication.waits_for_slaves:
+            return None
+        if result.physical_offset < self._changed_at:
+            return PutStatus.SERVICE_NOT_AVAILABLE  # put before the latest switch or fence
+        return status
+
     def switched_remark(self) -> str:
         """The remark of a send refused because the role changed while it waited."""
         identity = self._identity

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from tidemq.broker.config import PERM_READ, PERM_WRITE
 from tidemq.broker.exactly_once.records import EOS_COMMIT_DROPPED
-from tidemq.broker.schedule_service import redirect_delayed
+from tidemq.broker.schedule_service import PROPERTY_DELAY_QUEUE_OFFSET, redirect_delayed
 from tidemq.broker.send_back_processor import (
     DLQ_QUEUE_NUMS,
     dead_letter_due,
@@ -129,6 +129,11 @@ _STATUS_CODES = {
 # Every one of these means "stored" (the client reports it as a SendStatus, not an error).
 _STORED_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
                            ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE})
+# ``redirect_special_delivery`` leaves a message without any of these properties as it is
+# (not transactional, not delayed, no scheduler mark to drop): most sends skip its calls.
+_SPECIAL_DELIVERY_KEYS = frozenset(
+    {PROPERTY_TRANSACTION_PREPARED, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_DELAY_QUEUE_OFFSET}
+)
 
 
 class _Stored(NamedTuple):
@@ -266,6 +271,9 @@ class SendMessageProcessor:
         docstring). Never raises for bad input."""
         outcomes: list[_Stored | RemotingCommand | None] = []
         singles: list[_Single] = []
+        # Topics that passed the broker- and topic-wide checks for an earlier send of this
+        # group; nothing else runs on the loop until the next await, which clears it.
+        checked_topics: dict[str, TopicConfig] = {}
         for position, request in enumerate(requests):
             try:
                 header = SendMessageRequestHeader.from_ext_fields(request.ext_fields, request.code)
@@ -273,9 +281,11 @@ class SendMessageProcessor:
                     self._put_singles(singles, outcomes)  # the batch keeps its place in order
                     if position:
                         await asyncio.sleep(0)
+                    checked_topics.clear()
                     outcomes.append(self._put_batch(header, request, connection))
                 else:
-                    singles.append(self._prepare_single(header, request, connection, len(outcomes)))
+                    singles.append(self._prepare_single(header, request, connection,
+                                                        len(outcomes), checked_topics))
                     outcomes.append(None)
             except HeaderFieldError as exc:
                 outcomes.append(RemotingCommand.response_to(
@@ -288,9 +298,16 @@ class SendMessageProcessor:
         self._put_singles(singles, outcomes)
         self._wake_consumers()
         responses: list[RemotingCommand | None] = []
+        role = self._role
         for request, outcome in zip(requests, outcomes, strict=True):
             if isinstance(outcome, _Stored):
-                outcome = await self._respond(request, outcome, self._response_fields())
+                result = outcome.result
+                status = role.stored_status_now(result) if outcome.wait else result.status
+                outcome = (
+                    self._response(request, outcome, status, self._response_fields())
+                    if status is not None
+                    else await self._respond(request, outcome, self._response_fields())
+                )
             responses.append(outcome)
         return responses
 
@@ -321,11 +338,24 @@ class SendMessageProcessor:
     # -- checks ----------------------------------------------------------------------------
 
     def _check(
-        self, header: SendMessageRequestHeader, body_length: int, connection: Connection
+        self, header: SendMessageRequestHeader, body_length: int, connection: Connection,
+        checked_topics: dict[str, TopicConfig] | None = None,
     ) -> TopicConfig:
-        """Run checks 2-6 of the module docstring; return the topic's config."""
-        config = self._config
+        """Run checks 2-6 of the module docstring; return the topic's config.
+
+        ``checked_topics`` holds the topics that passed the broker- and topic-wide checks
+        (2, 4, 5, the topic's perm) since the broker's state last could change: a send to one
+        of them runs only its own checks (sizes, queue id), in the same order, so the first
+        one that fails is the one the whole sequence would name. Passed topics are added.
+        """
         topic = header.topic
+        if checked_topics is not None:
+            topic_config = checked_topics.get(topic)
+            if topic_config is not None:
+                self._check_sizes(header, body_length)
+                self._check_queue_id(header, topic_config, connection)
+                return topic_config
+        config = self._config
         refusal = self._role.write_refusal(f"sends (topic {topic})")
         if refusal is not None:
             raise SendRefused(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
@@ -336,22 +366,7 @@ class SendMessageProcessor:
                 f"(brokerPermission={config.broker_permission}); sending to topic {topic} is "
                 "forbidden until write permission is given back (brokerPermission=6)",
             )
-        size_max = self._store_config.max_message_size
-        if body_length > size_max:
-            raise SendRefused(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"message body of topic {topic} is {body_length} bytes, larger than "
-                f"maxMessageSize={size_max}; send smaller messages or raise maxMessageSize",
-            )
-        properties = header.properties
-        if properties is not None and len(properties) * 3 > PROPERTIES_SIZE_MAX:
-            properties_length = len(properties.encode("utf-8", "surrogatepass"))
-            if properties_length > PROPERTIES_SIZE_MAX:
-                raise SendRefused(
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    f"message properties of topic {topic} are {properties_length} bytes, more "
-                    f"than the limit of {PROPERTIES_SIZE_MAX}; use fewer or shorter properties",
-                )
+        self._check_sizes(header, body_length)
         problem = topic_name_problem(topic)
         if problem is not None:
             raise SendRefused(ResponseCode.SYSTEM_ERROR, f"cannot send: {problem}")
@@ -368,19 +383,46 @@ class SendMessageProcessor:
                 f"topic {topic} is not writable on broker {config.broker_name} "
                 f"(perm={topic_config.perm}); change it with tidemq admin updateTopic -p 6",
             )
+        self._check_queue_id(header, topic_config, connection)
+        # A written topic's other queues get their files made in the background, so their
+        # first messages do not create files here (store/queue_file_preparer.py).
+        self._store.prepare_queue_files(topic, topic_config.write_queue_nums)
+        if checked_topics is not None:
+            checked_topics[topic] = topic_config
+        return topic_config
+
+    def _check_sizes(self, header: SendMessageRequestHeader, body_length: int) -> None:
+        """Check 3: body and properties fit."""
+        size_max = self._store_config.max_message_size
+        if body_length > size_max:
+            raise SendRefused(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"message body of topic {header.topic} is {body_length} bytes, larger than "
+                f"maxMessageSize={size_max}; send smaller messages or raise maxMessageSize",
+            )
+        properties = header.properties
+        if properties is not None and len(properties) * 3 > PROPERTIES_SIZE_MAX:
+            properties_length = len(properties.encode("utf-8", "surrogatepass"))
+            if properties_length > PROPERTIES_SIZE_MAX:
+                raise SendRefused(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"message properties of topic {header.topic} are {properties_length} "
+                    f"bytes, more than the limit of {PROPERTIES_SIZE_MAX}; use fewer or "
+                    "shorter properties",
+                )
+
+    def _check_queue_id(self, header: SendMessageRequestHeader, topic_config: TopicConfig,
+                        connection: Connection) -> None:
+        """The queue-id part of check 6."""
         queue_limit = max(topic_config.read_queue_nums, topic_config.write_queue_nums)
         if header.queue_id >= queue_limit:
             raise SendRefused(
                 ResponseCode.SYSTEM_ERROR,
-                f"queueId {header.queue_id} is out of range for topic {topic} on broker "
-                f"{config.broker_name}, which has {topic_config.write_queue_nums} write queues "
-                f"and {topic_config.read_queue_nums} read queues (producer "
+                f"queueId {header.queue_id} is out of range for topic {header.topic} on broker "
+                f"{self._config.broker_name}, which has {topic_config.write_queue_nums} write "
+                f"queues and {topic_config.read_queue_nums} read queues (producer "
                 f"{connection.remote_address}); refresh the topic route",
             )
-        # A written topic's other queues get their files made in the background, so their
-        # first messages do not create files here (store/queue_file_preparer.py).
-        self._store.prepare_queue_files(topic, topic_config.write_queue_nums)
-        return topic_config
 
     def _find_or_create_topic(
         self, header: SendMessageRequestHeader, connection: Connection
@@ -458,6 +500,7 @@ class SendMessageProcessor:
         request: RemotingCommand,
         connection: Connection,
         position: int,
+        checked_topics: dict[str, TopicConfig] | None = None,
     ) -> _Single:
         """Check one single send and shape its message for storing (module docstring).
 
@@ -465,7 +508,7 @@ class SendMessageProcessor:
             SendRefused: a check failed.
         """
         body = request.body or b""
-        topic_config = self._check(header, len(body), connection)
+        topic_config = self._check(header, len(body), connection, checked_topics)
         properties = decode_properties(header.properties) if header.properties else {}
         wait = _wait_store_msg_ok(properties.pop(PROPERTY_WAIT_STORE_MSG_OK, None))
         if not properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
@@ -492,9 +535,10 @@ class SendMessageProcessor:
             born_host=connection.remote_address,
             reconsume_times=reconsume_times,
         )
-        message = redirect_special_delivery(
-            message, self._transactions, self._schedule.level_count
-        )
+        if not _SPECIAL_DELIVERY_KEYS.isdisjoint(properties):
+            message = redirect_special_delivery(
+                message, self._transactions, self._schedule.level_count
+            )
         # The response names the producer's queue, even when the message is delayed.
         return _Single(message, wait, queue_id, position)
 
@@ -625,6 +669,14 @@ class SendMessageProcessor:
         status = result.status
         if status is PutStatus.PUT_OK and stored.wait:
             status = await self._role.stored_status(result, True)
+        return self._response(request, stored, status, ext_fields)
+
+    def _response(
+        self, request: RemotingCommand, stored: _Stored, status: PutStatus,
+        ext_fields: dict[str, str],
+    ) -> RemotingCommand:
+        """The answer to a send whose put ended with ``status`` (waits included)."""
+        result = stored.result
         code = _STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         if code not in _STORED_CODES:
             if result.status is PutStatus.PUT_OK:  # stored, then the role switched (role.py)

@@ -17,6 +17,12 @@ in one pass this way (one task, one store append), where a task per request cost
 the send itself; producers' oneway END_TRANSACTIONs share one end-writer flush. A lone
 request still goes to ``handler``.
 
+A code may instead have an *immediate* handler, a plain ``def handler(request, connection)
+-> RemotingCommand | None`` that never waits (the broker's PULL_MESSAGE: a read of the store,
+or parking the request): it runs as the request is dispatched, with no task of its own, and
+its response joins the connection's writes at once. A task per request cost about as much as
+a long poll's whole re-run, and its answer waited for the next loop iteration.
+
 Outcomes the peer sees (docs/protocol.md §1.5):
 
 - no handler for the code and no default: REQUEST_CODE_NOT_SUPPORTED (3), remark
@@ -62,6 +68,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidemq.remoting")
 
 Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
+ImmediateHandler = Callable[[RemotingCommand, "Connection"], "RemotingCommand | None"]
 GroupHandler = Callable[
     [list[RemotingCommand], "Connection"], Awaitable[list[RemotingCommand | None]]
 ]
@@ -121,18 +128,20 @@ ERROR_REMARK_LENGTH_MAX = 512
 
 
 class _Route:
-    __slots__ = ("code", "group_handler", "handler", "max_pending", "pending")
+    __slots__ = ("code", "group_handler", "handler", "immediate", "max_pending", "pending")
 
     def __init__(
         self,
         code: int | None,
-        handler: Handler,
+        handler: Handler | ImmediateHandler,
         max_pending: int,
         group_handler: GroupHandler | None = None,
+        immediate: bool = False,
     ) -> None:
         self.code = code
         self.handler = handler
         self.group_handler = group_handler
+        self.immediate = immediate  # ``handler`` is an ImmediateHandler
         self.max_pending = max_pending
         self.pending = 0
 
@@ -187,10 +196,11 @@ class RequestDispatcher:
     def register(
         self,
         code: int,
-        handler: Handler,
+        handler: Handler | ImmediateHandler,
         *,
         max_pending: int = MAX_PENDING_PER_HANDLER,
         group_handler: GroupHandler | None = None,
+        immediate: bool = False,
     ) -> None:
         """Serve requests with ``code`` by ``handler``, at most ``max_pending`` at once.
 
@@ -201,12 +211,19 @@ class RequestDispatcher:
             group_handler: serves several requests of ``code`` from one read in one call
                 (module docstring); it must answer exactly as ``handler`` would, request by
                 request, and return one response (or None) per request, in order.
+            immediate: ``handler`` is a plain function that never waits, called as each
+                request is dispatched (module docstring); not with ``group_handler``.
 
         Raises:
-            ValueError: ``max_pending`` is below 1.
+            ValueError: ``max_pending`` is below 1, or ``immediate`` with a group handler.
         """
+        if immediate and group_handler is not None:
+            raise ValueError(
+                f"request code {code}: an immediate handler serves requests one by one; "
+                "register it without group_handler"
+            )
         self._routes[int(code)] = _Route(
-            int(code), handler, _checked_max_pending(max_pending), group_handler
+            int(code), handler, _checked_max_pending(max_pending), group_handler, immediate
         )
 
     def register_default(
@@ -248,6 +265,9 @@ class RequestDispatcher:
                          _busy_remark(request, route))
             return
         route.pending += 1
+        if route.immediate:
+            _serve_now(route, request, connection, self._observer)
+            return
         task = connection._loop.create_task(_serve(route, request, connection, self._observer))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -407,6 +427,28 @@ async def _serve(route: _Route, request: RemotingCommand, connection: Connection
             response = RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=describe_exception(exc))
         if response is not None:
             _answer(request, response, connection)
+        if observer is not None:
+            observer(request.code, NO_RESPONSE if response is None else response.code,
+                     time.perf_counter() - started, 1)
+    finally:
+        route.pending -= 1
+        connection._request_done()
+
+
+def _serve_now(route: _Route, request: RemotingCommand, connection: Connection,
+               observer: RequestObserver | None = None) -> None:
+    """``_serve`` for an immediate handler, called in place."""
+    started = time.perf_counter() if observer is not None else 0.0
+    try:
+        try:
+            response = route.handler(request, connection)
+        except Exception as exc:
+            log.exception(
+                "handler for %s from %s failed", request.describe(), connection.remote_address
+            )
+            response = RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=describe_exception(exc))
+        if response is not None:
+            _answer(request, response, connection)  # type: ignore[arg-type]
         if observer is not None:
             observer(request.code, NO_RESPONSE if response is None else response.code,
                      time.perf_counter() - started, 1)

@@ -31,6 +31,7 @@ from tidemq.remoting.dispatch import (
     MAX_PENDING_PER_HANDLER,
     GroupHandler,
     Handler,
+    ImmediateHandler,
     RequestDispatcher,
     RequestGuard,
     RequestObserver,
@@ -99,10 +100,11 @@ class RemotingServer:
     def register(
         self,
         code: int,
-        handler: Handler,
+        handler: Handler | ImmediateHandler,
         *,
         max_pending: int = MAX_PENDING_PER_HANDLER,
         group_handler: GroupHandler | None = None,
+        immediate: bool = False,
     ) -> None:
         """Serve requests with ``code`` by ``handler`` (see ``tidemq.remoting.dispatch``).
 
@@ -110,10 +112,12 @@ class RemotingServer:
         itself with ``connection.send_response``. Over ``max_pending`` requests of this code
         being handled at once, new ones get SYSTEM_BUSY. ``group_handler(requests,
         connection)``, when given, serves the requests of ``code`` that one read brought in
-        one call (one response or None per request, in order).
+        one call (one response or None per request, in order). With ``immediate``,
+        ``handler`` is a plain function that never waits, called as the request is read.
         """
         self._dispatcher.register(
-            code, handler, max_pending=max_pending, group_handler=group_handler
+            code, handler, max_pending=max_pending, group_handler=group_handler,
+            immediate=immediate,
         )
 
     def register_default(

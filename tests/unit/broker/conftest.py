@@ -68,10 +68,13 @@ class HandlerTable:
 
     def __init__(self) -> None:
         self.handlers: dict[int, Any] = {}
+        self.immediate: set[int] = set()  # codes whose handler is a plain function
         self.default: Any = None
 
-    def register(self, code: int, handler: Any, **_: Any) -> None:
+    def register(self, code: int, handler: Any, *, immediate: bool = False, **_: Any) -> None:
         self.handlers[int(code)] = handler
+        if immediate:
+            self.immediate.add(int(code))
 
     def register_default(self, handler: Any, **_: Any) -> None:
         self.default = handler
@@ -88,7 +91,10 @@ class HandlerTable:
         assert handler is not None, f"no handler for code {request.code}"
         if peer is None:
             peer = FakePeer(peer_address) if peer_address else FakePeer()
-        response = await handler(request, peer)
+        if request.code in self.immediate and request.code in self.handlers:
+            response = handler(request, peer)
+        else:
+            response = await handler(request, peer)
         assert response is not None, f"handler of code {request.code} answered nothing"
         return response
 

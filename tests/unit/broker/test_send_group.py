@@ -126,6 +126,27 @@ def test_delayed_send_in_a_group_is_answered_with_the_producers_queue(broker):
     assert [record.body for record in stored(broker, "SCHEDULE_TOPIC_XXXX", 1)] == [b"later"]
 
 
+def test_group_still_reroutes_special_sends_between_plain_ones(broker):
+    """Plain sends skip the special-delivery hook; a transactional one still becomes a half
+    and a forged scheduler mark (DELAY_QUEUE_OFFSET) is still dropped."""
+    with_topic(broker, "Orders")
+    requests = [
+        send_request("Orders", b"plain", queue_id=0),
+        send_request("Orders", b"forged mark", queue_id=0,
+                     properties={"DELAY_QUEUE_OFFSET": "2:0", "WAIT": "true"}),
+        send_request("Orders", b"half", queue_id=0,
+                     properties={"TRAN_MSG": "true", "PGROUP": "pg", "WAIT": "true"}),
+        send_request("Orders", b"plain again", queue_id=0),
+    ]
+    responses = serve_group(broker, requests)
+
+    assert [r.code for r in responses] == [ResponseCode.SUCCESS] * 4
+    records = stored(broker, "Orders", 0)
+    assert [record.body for record in records] == [b"plain", b"forged mark", b"plain again"]
+    assert "DELAY_QUEUE_OFFSET" not in records[1].properties
+    assert [record.body for record in stored(broker, "RMQ_SYS_TRANS_HALF_TOPIC", 0)] == [b"half"]
+
+
 def test_sends_over_the_network_that_arrive_together_are_all_stored(broker, serve):
     with_topic(broker, "Orders")
     count = 200

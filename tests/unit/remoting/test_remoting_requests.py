@@ -322,3 +322,55 @@ def test_peer_that_half_closes_after_sending_still_gets_its_responses(run, handl
     requests, answers, at_end = run(main())
     assert [a.opaque for a in answers] == [r.opaque for r in requests]
     assert at_end is None
+
+
+def test_immediate_handler_answers_in_place_and_its_failure_is_a_system_error(run):
+    """An immediate handler (a plain function) is called as the request is read, with no
+    task of its own: its answer, None (answered later through send_response) and an
+    exception each reach the peer as from an ordinary handler."""
+    held: list[tuple[RemotingCommand, Connection]] = []
+    tasks_seen: list[asyncio.Task | None] = []
+
+    def answer_now(request: RemotingCommand, connection: Connection) -> RemotingCommand | None:
+        tasks_seen.append(asyncio.current_task())  # None: called from the read itself
+        kind = request.ext_fields["kind"]
+        if kind == "fail":
+            raise ValueError("no such thing")
+        if kind == "later":
+            held.append((request, connection))
+            return None
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, remark=kind,
+                                           body=request.body)
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            server.register(ECHO, answer_now, immediate=True)
+            target = address(server)
+            ok = await client.invoke(
+                target, RemotingCommand.request(ECHO, {"kind": "now"}, body=b"b"), 5000)
+            failed = await client.invoke(
+                target, RemotingCommand.request(ECHO, {"kind": "fail"}), 5000)
+            later = asyncio.ensure_future(client.invoke(
+                target, RemotingCommand.request(ECHO, {"kind": "later"}), 5000))
+            await wait_until(lambda: len(held) == 1, what="the held request")
+            request, connection = held[0]
+            connection.send_response(RemotingCommand.response_to(request, ResponseCode.SUCCESS,
+                                                                 remark="answered later"))
+            return ok, failed, await later
+
+    ok, failed, later = run(main())
+    assert (ok.code, ok.remark, ok.body) == (ResponseCode.SUCCESS, "now", b"b")
+    assert failed.code == ResponseCode.SYSTEM_ERROR
+    assert "no such thing" in failed.remark
+    assert later.remark == "answered later"
+    assert tasks_seen == [None, None, None]
+
+
+def test_immediate_handler_cannot_have_a_group_handler():
+    async def group(requests, connection):
+        return [None for _ in requests]
+
+    server = RemotingServer("127.0.0.1", [0])
+    with pytest.raises(ValueError, match="immediate"):
+        server.register(ECHO, lambda request, connection: None, immediate=True,
+                        group_handler=group)
