@@ -8,9 +8,11 @@ The pull loop of each queue puts what it pulled into the queue's ``ProcessQueue`
 **Concurrent** (``ConcurrentConsumeService``, RocketMQ's ConsumeMessageConcurrentlyService).
 Messages are cut into batches of ``batch_size`` and consumed in any order, several at once:
 
-- a plain-function listener on the event loop (the fast path) gets one task per pulled
-  chunk, which calls it batch after batch without a thread hop or a queue in between; the
-  pull loop has already asked for the next chunk by then, so pulling and consuming overlap;
+- a plain-function listener on the event loop (the fast path) is called right where the
+  pulled chunk is handed over, batch after batch, without a task, a thread hop or a queue in
+  between (a task per chunk cost a loop iteration's wait and as much CPU as the listener
+  call of a small chunk); only what must be awaited (a listener that returned an awaitable,
+  a failed batch to send back) goes on in a task of its own;
 - a coroutine listener, or a plain one in a thread pool, is fed through a queue served by
   ``concurrency`` workers: at most that many listener calls run at once.
 
@@ -39,6 +41,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tidemq.client.listener import ConsumeResult, ListenerInvoker
 from tidemq.client.offset_store import OffsetStore
@@ -132,12 +135,10 @@ class ConcurrentConsumeService:
                          for i in range(self._settings.concurrency)]
 
     def submit(self, process_queue: ProcessQueue, messages: list[MessageExt]) -> None:
-        """Consume ``messages`` (already put in ``process_queue``) soon."""
+        """Consume ``messages`` (already put in ``process_queue``) now (a listener called on
+        the loop) or soon."""
         if self._queue is None:
-            task = asyncio.get_running_loop().create_task(
-                self._consume_inline(process_queue, messages))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._consume_now(process_queue, messages)
             return
         size = self._settings.batch_size
         put = self._queue.put_nowait
@@ -150,19 +151,42 @@ class ConcurrentConsumeService:
                 put((process_queue, messages[start:start + size]))
                 self._queued += 1
 
-    async def _consume_inline(self, process_queue: ProcessQueue,
-                              messages: list[MessageExt]) -> None:
-        invoker = self._invoker
-        call = invoker.call_inline
+    def _consume_now(self, process_queue: ProcessQueue, messages: list[MessageExt]) -> None:
+        """Call the on-loop listener batch after batch here; from the first batch whose
+        outcome must be awaited (or sent back) on, the rest goes on in a task."""
+        call = self._invoker.call_inline
         size = self._settings.batch_size
-        done: list[MessageExt] = []
         batches = ([[message] for message in messages] if size == 1 else
                    [messages[start:start + size] for start in range(0, len(messages), size)])
+        done: list[MessageExt] = []
+        for index, batch in enumerate(batches):
+            if process_queue.dropped:
+                break  # not ours any more; the new owner consumes the rest
+            outcome = call(batch)
+            if outcome is _SUCCESS:
+                done.extend(batch)
+                continue
+            task = asyncio.get_running_loop().create_task(
+                self._consume_inline(process_queue, batches[index:], outcome))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            break
+        if done:
+            self._completed(process_queue, done)
+
+    async def _consume_inline(self, process_queue: ProcessQueue,
+                              batches: list[list[MessageExt]],
+                              first_outcome: ConsumeResult | Awaitable[Any]) -> None:
+        """Finish ``batches`` whose first was called already and answered ``first_outcome``
+        (not a plain SUCCESS), calling the listener for the others."""
+        invoker = self._invoker
+        call = invoker.call_inline
+        done: list[MessageExt] = []
         try:
-            for batch in batches:
+            for index, batch in enumerate(batches):
                 if process_queue.dropped:
                     return  # not ours any more; the new owner consumes the rest
-                outcome = call(batch)
+                outcome = call(batch) if index else first_outcome
                 if outcome is _SUCCESS:
                     done.extend(batch)
                     continue

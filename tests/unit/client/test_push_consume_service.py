@@ -75,6 +75,43 @@ def test_concurrent_failures_are_handed_back_and_the_offset_moves_past_them(run)
     assert (offset, in_flight) == (6, 0)
 
 
+def test_on_loop_listener_is_called_during_submit_and_an_awaitable_answer_goes_on_later(run):
+    """A plain listener on the loop consumes the chunk before ``submit`` returns (no task);
+    from a batch whose answer is an awaitable on, the rest is consumed in a task, in order,
+    and the offset only passes a batch once it is done."""
+    calls: list[int] = []
+    release = asyncio.Event()
+
+    async def later() -> ConsumeResult:
+        await release.wait()
+        return ConsumeResult.SUCCESS
+
+    def listener(batch):
+        calls.append(batch[0].queue_offset)
+        return later() if batch[0].queue_offset == 2 else None
+
+    async def main():
+        offsets = Offsets()
+        service = ConcurrentConsumeService(
+            ConsumeSettings("g", 1, True, 16), ListenerInvoker(listener, None, "g"),
+            offsets, SendBackStandIn())
+        service.start()
+        process_queue, messages = pulled(5)
+        service.submit(process_queue, messages)
+        during_submit = (list(calls), offsets.offsets.get(QUEUE))
+        await asyncio.sleep(0)  # the task may start; it waits for the awaitable answer
+        waiting = (list(calls), offsets.offsets.get(QUEUE), service.busy())
+        release.set()
+        await service.drain(5)
+        return during_submit, waiting, calls, offsets.offsets[QUEUE], process_queue.message_count
+
+    during_submit, waiting, calls, offset, in_flight = run(main())
+    assert during_submit == ([0, 1, 2], 2)  # 0 and 1 done at once; 2 waits
+    assert waiting == ([0, 1, 2], 2, True)
+    assert calls == [0, 1, 2, 3, 4]
+    assert (offset, in_flight) == (5, 0)
+
+
 def test_concurrent_messages_that_cannot_be_handed_back_stay_in_flight_and_come_again(run):
     async def main():
         offsets, send_back = Offsets(), SendBackStandIn(fail=True)
