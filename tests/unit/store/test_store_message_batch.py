@@ -187,3 +187,11 @@ def test_put_batch_refuses_an_oversized_body_naming_the_limit(tmp_path):
         assert result.status is PutStatus.MESSAGE_ILLEGAL
         assert "max_message_size=16" in result.remark
         assert store.commit_log_max_offset() == 0
+
+
+def test_index_keys_are_the_unique_key_then_each_non_empty_keys_token() -> None:
+    assert index_keys({"UNIQ_KEY": "U1", "KEYS": "a b"}) == ["U1", "a", "b"]
+    assert index_keys({"UNIQ_KEY": "U1", "KEYS": " a  b "}) == ["U1", "a", "b"]
+    assert index_keys({"KEYS": "a"}) == ["a"]
+    assert index_keys({"UNIQ_KEY": "", "KEYS": ""}) == []
+    assert index_keys({}) == []
