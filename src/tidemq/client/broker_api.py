@@ -154,6 +154,7 @@ def decode_pull_response(
         messages=messages,
         suggest_which_broker_id=header.suggest_which_broker_id,
         messages_filtered=filtered,
+        body_size=len(response.body) if messages or filtered else 0,
     )
 
 

@@ -257,3 +257,4 @@ class PullResult:
     messages: list[MessageExt] = field(default_factory=list)
     suggest_which_broker_id: int = 0
     messages_filtered: int = 0
+    body_size: int = 0  # bytes of the records the broker sent (0 when it sent none)

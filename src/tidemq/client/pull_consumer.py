@@ -15,8 +15,25 @@ Queues come from one of two modes:
 
 Each assigned queue has a fetch task that pulls (PULL_MESSAGE, ``pull_batch_size`` at a time,
 long polling when the queue is drained) into a shared in-memory buffer, bounded per queue
-(``pull_threshold_for_queue``) and in all (``pull_threshold_for_all``). ``poll`` hands out what
-is buffered, in pull order per queue. Each queue keeps
+(``pull_threshold_for_queue`` messages, ``pull_threshold_size_for_queue_mib`` MiB of bodies)
+and in all (``pull_threshold_for_all``). ``poll`` hands out what is buffered, in pull order per
+queue.
+
+Pipelining: while a queue has a backlog, its fetch task keeps up to
+``pulls_in_flight_per_queue`` pulls in flight instead of one, so the consumer decodes one answer
+while the broker reads the next. A pull's nextBeginOffset is known only when it is answered, so
+the pulls after the first are sent at a predicted offset: the previous pull's offset plus the
+stride of the last answer taken (how far it moved the offset); only below the queue's max offset
+that answer reported (so no pull ahead waits in a long poll), only for ``*`` subscriptions
+(where a read moves the offset by exactly the messages it holds) and only while the buffer has
+room for their messages. Answers are taken strictly in offset order, and an answer is taken
+only when it starts at the queue's fetch position; one that does not (a wrong prediction: a
+shorter read at the end of a consume-queue file, a message deleted by retention, a different
+size cap) is dropped together with every pull sent after it, and pulling goes on from the
+fetch position. So pipelining never skips or repeats a message; a wrong prediction costs one
+wasted pull.
+
+Each queue keeps
 
 - its *fetch position*: the next offset to pull;
 - its *consumed position*: the offset after the last message ``poll`` returned (messages a tag
@@ -82,16 +99,24 @@ from tidemq.remoting.errors import RemotingError
 
 log = logging.getLogger("tidemq.client")
 
-# pullBatchSize. A tidemq broker sends up to 1024 per pull, a RocketMQ one 32 from memory.
-# Larger pulls cut the per-pull cost (a request, a syscall) but their bodies fall out of the
-# CPU's caches; measured against 64-1024 on a shared machine, neither way won steadily
-# (benchmarks/consume_bench.py, RESULTS.md).
-PULL_BATCH_SIZE = 32
+# pullBatchSize. A tidemq broker sends up to 1024 messages (1 MiB) per pull, a RocketMQ one 32
+# from memory. In Python the fixed cost of a pull (request, response header, a wake-up, and
+# the broker's side of it) is what 32 per pull spends most on: 256 x 1 KiB per pull took the
+# client 2.7 us and the broker 1.0 us per message against 3.6 and 2.2 at 32; 512 and 1024
+# were slower again (a ~300 KB answer still fits the CPU's cache, a 1 MiB one not).
+# Kafka's consumer likewise fetches up to 1 MiB per partition. RESULTS.md, issue 18.
+PULL_BATCH_SIZE = 256
+LOW_LEVEL_PULL_BATCH_SIZE = 32  # pull()'s default, as RocketMQ's pull(mq, expression, offset, 32)
 PULL_THRESHOLD_FOR_QUEUE = 1000  # RocketMQ pullThresholdForQueue (messages buffered per queue)
+PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB = 100  # RocketMQ pullThresholdSizeForQueue (MiB of bodies)
+# Pulls of one queue in flight while it has a backlog (module docstring). Two hide the round
+# trip behind decoding; RocketMQ and Kafka consumers keep one per queue (partition).
+PULLS_IN_FLIGHT_PER_QUEUE = 2
 PULL_THRESHOLD_FOR_ALL = 10_000  # RocketMQ lite pull pullThresholdForAll
 MAX_POLL_RECORDS = 1024  # messages one poll() returns at most
 AUTO_COMMIT_INTERVAL_MS = 5000  # persistConsumerOffsetInterval
 REBALANCE_INTERVAL_MS = 20_000  # rocketmq.client.rebalance.waitInterval
+_MIB = 1024 * 1024
 CONSUME_TIMESTAMP_AGO_MS = 30 * 60 * 1000  # consumeTimestamp default: half an hour ago
 # Back-off after a failed pull: RocketMQ waits 3 s after a broker error; a transport error
 # (broker restarting) is retried a little sooner.
@@ -114,6 +139,19 @@ async def back_off_after_pull_error(
     await asyncio.sleep(
         PULL_DELAY_AFTER_TRANSPORT_ERROR_S if transport else PULL_DELAY_AFTER_BROKER_ERROR_S
     )
+
+
+def _drop_pulls(in_flight: collections.deque[tuple[int, asyncio.Task[PullResult]]]) -> None:
+    """Cancel pulls whose answers will not be taken (their failures are not logged)."""
+    while in_flight:
+        _, pull = in_flight.popleft()
+        pull.cancel()
+        pull.add_done_callback(_forget)
+
+
+def _forget(pull: asyncio.Task[PullResult]) -> None:
+    if not pull.cancelled():
+        pull.exception()  # retrieved, so asyncio does not report it as never retrieved
 
 
 async def check_subscriptions_at_brokers(
@@ -189,8 +227,13 @@ class _QueueState:
     fetch_offset: int | None = None
     consumed_offset: int | None = None
     buffered: int = 0
+    buffered_bytes: int = 0
     epoch: int = 0
     task: asyncio.Task[None] | None = None
+    # From the last answer taken: how far a full read moved the offset (0: do not pull
+    # ahead) and the queue's max offset then; where pulls ahead may go (module docstring).
+    stride: int = 0
+    max_offset: int = 0
 
 
 @dataclass(slots=True)
@@ -199,6 +242,7 @@ class _Batch:
     epoch: int
     messages: list[MessageExt]
     next_offset: int
+    size: int = 0  # bytes of the pull body (counted against the byte threshold until drained)
     start: int = 0
 
 
@@ -224,6 +268,9 @@ class PullConsumer(ClientLifecycle):
             ``check.crcs``); a damaged message is left out and logged as an ERROR naming it.
         max_poll_records: messages one ``poll`` returns at most.
         pull_threshold_for_queue / pull_threshold_for_all: buffering bounds (messages).
+        pull_threshold_size_for_queue_mib: buffering bound per queue (MiB of pull bodies).
+        pulls_in_flight_per_queue: pulls of a queue in flight while it has a backlog (1 turns
+            pipelining off; module docstring).
         long_polling_suspend_ms: how long a broker may hold a pull on a drained queue.
         rebalance_interval_ms: how often the group's queues are re-shared (subscribe mode).
         instance_name: part of the client id.
@@ -248,6 +295,8 @@ class PullConsumer(ClientLifecycle):
         max_poll_records: int = MAX_POLL_RECORDS,
         pull_threshold_for_queue: int = PULL_THRESHOLD_FOR_QUEUE,
         pull_threshold_for_all: int = PULL_THRESHOLD_FOR_ALL,
+        pull_threshold_size_for_queue_mib: int = PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
+        pulls_in_flight_per_queue: int = PULLS_IN_FLIGHT_PER_QUEUE,
         long_polling_suspend_ms: int = broker_api.BROKER_SUSPEND_MAX_MS,
         rebalance_interval_ms: int = REBALANCE_INTERVAL_MS,
         instance_name: str | None = None,
@@ -264,7 +313,10 @@ class PullConsumer(ClientLifecycle):
         for name, value in (("pull_batch_size", pull_batch_size),
                             ("max_poll_records", max_poll_records),
                             ("pull_threshold_for_queue", pull_threshold_for_queue),
-                            ("pull_threshold_for_all", pull_threshold_for_all)):
+                            ("pull_threshold_for_all", pull_threshold_for_all),
+                            ("pull_threshold_size_for_queue_mib",
+                             pull_threshold_size_for_queue_mib),
+                            ("pulls_in_flight_per_queue", pulls_in_flight_per_queue)):
             if value < 1:
                 raise ValueError(f"{name}={value}: it must be at least 1")
         self.group = group
@@ -281,6 +333,8 @@ class PullConsumer(ClientLifecycle):
         self.max_poll_records = max_poll_records
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_for_all = pull_threshold_for_all
+        self.pull_threshold_size_for_queue_mib = pull_threshold_size_for_queue_mib
+        self.pulls_in_flight_per_queue = pulls_in_flight_per_queue
         self.long_polling_suspend_ms = long_polling_suspend_ms
         self._instance = ClientInstance(
             namesrv if namesrv is not None else default_namesrv(),
@@ -517,6 +571,7 @@ class PullConsumer(ClientLifecycle):
             if batch.start >= len(batch.messages):
                 buffer.popleft()
                 state.consumed_offset = batch.next_offset
+                state.buffered_bytes -= batch.size
             else:
                 state.consumed_offset = batch.messages[batch.start - 1].queue_offset + 1
         if out and self._space_freed is not None:
@@ -540,47 +595,106 @@ class PullConsumer(ClientLifecycle):
         self._purge(state)
 
     def _purge(self, state: _QueueState) -> None:
-        if state.buffered:
+        state.stride = 0
+        if state.buffered or state.buffered_bytes:
             self._buffered -= state.buffered
             state.buffered = 0
+            state.buffered_bytes = 0
             self._buffer = collections.deque(b for b in self._buffer if b.state is not state)
 
     async def _fetch_loop(self, state: _QueueState, epoch: int) -> None:
         queue = state.queue
         assert self._data_ready is not None and self._space_freed is not None
-        while state.epoch == epoch:
-            try:
-                if state.fetch_offset is None:
-                    offset = await self._starting_offset(queue)
-                    if state.epoch != epoch:
-                        return
-                    state.fetch_offset = offset
-                    if state.consumed_offset is None:
-                        state.consumed_offset = offset
-                while (state.buffered >= self.pull_threshold_for_queue
-                       or self._buffered >= self.pull_threshold_for_all):
-                    self._space_freed.clear()
-                    await self._space_freed.wait()
-                    if state.epoch != epoch:
-                        return
-                result = await self._pull_for(state)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # the queue keeps being fetched whatever went wrong
-                await back_off_after_pull_error(log, self.group, queue, e)
-                continue
-            if state.epoch != epoch:
-                return
-            self._take_result(state, epoch, result)
+        # Pulls sent and not yet taken, in offset order: (offset, pull).
+        in_flight: collections.deque[tuple[int, asyncio.Task[PullResult]]] = (
+            collections.deque())
+        try:
+            while state.epoch == epoch:
+                try:
+                    if state.fetch_offset is None:
+                        offset = await self._starting_offset(queue)
+                        if state.epoch != epoch:
+                            return
+                        state.fetch_offset = offset
+                        if state.consumed_offset is None:
+                            state.consumed_offset = offset
+                    if not in_flight:
+                        while self._buffer_full(state):
+                            self._space_freed.clear()
+                            await self._space_freed.wait()
+                            if state.epoch != epoch:
+                                return
+                        in_flight.append(self._send_pull(state, state.fetch_offset, True))
+                    self._pull_ahead(state, in_flight)
+                    offset, pull = in_flight[0]
+                    result = await pull
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # the queue keeps being fetched whatever went wrong
+                    _drop_pulls(in_flight)
+                    state.stride = 0
+                    await back_off_after_pull_error(log, self.group, queue, e)
+                    continue
+                in_flight.popleft()
+                if state.epoch != epoch:
+                    return
+                if offset != state.fetch_offset:
+                    # A pull ahead whose predicted offset turned out wrong, and so are those
+                    # sent after it: drop them all and go on from the fetch position.
+                    _drop_pulls(in_flight)
+                    state.stride = 0
+                    continue
+                self._take_result(state, epoch, result)
+                state.max_offset = result.max_offset
+                subscription = state.subscription
+                state.stride = (
+                    result.next_begin_offset - offset
+                    if result.status is PullStatus.FOUND and subscription.matches_all
+                    and not subscription.is_sql92
+                    else 0
+                )
+        finally:
+            _drop_pulls(in_flight)
 
-    async def _pull_for(self, state: _QueueState) -> PullResult:
+    def _buffer_full(self, state: _QueueState) -> bool:
+        return (state.buffered >= self.pull_threshold_for_queue
+                or self._buffered >= self.pull_threshold_for_all
+                or state.buffered_bytes >= self.pull_threshold_size_for_queue_mib * _MIB)
+
+    def _pull_ahead(
+        self, state: _QueueState,
+        in_flight: collections.deque[tuple[int, asyncio.Task[PullResult]]],
+    ) -> None:
+        """Send pulls ahead of the first, at predicted offsets, while the queue has a backlog
+        and the buffer has room for their messages (module docstring)."""
+        stride = state.stride
+        if stride <= 0:
+            return
+        batch = self.pull_batch_size
+        while len(in_flight) < self.pulls_in_flight_per_queue:
+            offset = in_flight[-1][0] + stride
+            room = (len(in_flight) + 1) * batch
+            if (offset >= state.max_offset
+                    or state.buffered + room > self.pull_threshold_for_queue
+                    or self._buffered + room > self.pull_threshold_for_all
+                    or state.buffered_bytes >= self.pull_threshold_size_for_queue_mib * _MIB):
+                return
+            in_flight.append(self._send_pull(state, offset, False))
+
+    def _send_pull(self, state: _QueueState, offset: int,
+                   long_poll: bool) -> tuple[int, asyncio.Task[PullResult]]:
+        """Start a pull of ``state``'s queue at ``offset`` (long polling only for the pull
+        at the fetch position: a pull ahead goes below the known max offset)."""
+        pull = asyncio.get_running_loop().create_task(self._pull_for(state, offset, long_poll))
+        return offset, pull
+
+    async def _pull_for(self, state: _QueueState, offset: int, long_poll: bool) -> PullResult:
         queue = state.queue
-        offset = state.fetch_offset
-        assert offset is not None
+        suspend_ms = self.long_polling_suspend_ms if long_poll else 0
         result = await self._read_routing.call(
             queue, lambda _, address: broker_api.pull_message(
                 self._instance, address, self.group, queue, offset, self.pull_batch_size,
-                state.subscription, suspend_timeout_ms=self.long_polling_suspend_ms,
+                state.subscription, suspend_timeout_ms=suspend_ms,
                 check_crc=self.check_crcs,
             ))
         self._read_routing.suggest(queue, result.suggest_which_broker_id)
@@ -601,7 +715,9 @@ class PullConsumer(ClientLifecycle):
         messages = result.messages
         # Even with nothing to hand out (filtered, moved), the batch moves the consumed
         # position in queue order once poll() reaches it.
-        self._buffer.append(_Batch(state, epoch, messages, result.next_begin_offset))
+        self._buffer.append(_Batch(state, epoch, messages, result.next_begin_offset,
+                                   result.body_size))
+        state.buffered_bytes += result.body_size
         if messages:
             state.buffered += len(messages)
             self._buffered += len(messages)
@@ -638,7 +754,7 @@ class PullConsumer(ClientLifecycle):
         self,
         queue: MessageQueue,
         offset: int,
-        max_nums: int = PULL_BATCH_SIZE,
+        max_nums: int = LOW_LEVEL_PULL_BATCH_SIZE,
         *,
         expression: str | None = "*",
         expression_type: str = EXPRESSION_TYPE_TAG,
@@ -650,7 +766,8 @@ class PullConsumer(ClientLifecycle):
         Args:
             queue: the queue.
             offset: the queue offset to read from.
-            max_nums: messages at most (the broker caps a pull at 32 from memory).
+            max_nums: messages at most (a tidemq broker sends up to 1024 and 1 MiB, a
+                RocketMQ one 32 from memory).
             expression: tag expression (or SQL92 text with ``expression_type="SQL92"``);
                 non-matching messages are left out (the result's ``next_begin_offset`` still
                 moves past them).

@@ -55,6 +55,13 @@ class FakeBroker:
         self.hold_sends = False  # never answer sends (a hung broker)
         self.physical_offset = 0
         self.new_message = asyncio.Event()
+        # Pulls: answered after this delay; a read at an offset listed here returns at most
+        # that many messages (a shorter read than asked); how many pulls were inside the
+        # handler at once at most.
+        self.pull_delay_s = 0.0
+        self.short_reads: dict[int, int] = {}
+        self.pulls_now = 0
+        self.pulls_max = 0
         for code, handler in (
             (RequestCode.SEND_MESSAGE_V2, self.on_send),
             (RequestCode.SEND_BATCH_MESSAGE, self.on_send),
@@ -152,11 +159,19 @@ class FakeBroker:
         if offset == queue.max_offset:
             return None
         start = offset - queue.min_offset
-        chunk = queue.records[start:start + min(max_nums, 32)]
+        count = min(max_nums, 32, self.short_reads.get(offset, 32))
+        chunk = queue.records[start:start + count]
         return answer(ResponseCode.SUCCESS, offset + len(chunk), b"".join(chunk))
 
     async def on_pull(self, request: RemotingCommand, connection) -> RemotingCommand:
         self.requests.append(request)
+        if self.pull_delay_s:
+            self.pulls_now += 1
+            self.pulls_max = max(self.pulls_max, self.pulls_now)
+            try:
+                await asyncio.sleep(self.pull_delay_s)
+            finally:
+                self.pulls_now -= 1
         ext = request.ext_fields or {}
         answer = self._pull_answer(request)
         if answer is None and int(ext.get("sysFlag", "0")) & 0x2:

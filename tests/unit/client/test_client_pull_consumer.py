@@ -12,6 +12,7 @@ from client_fakes import FakeBroker, FakeCluster
 from tidemq.client.errors import ClientStateError, InvalidSubscription
 from tidemq.client.message import MessageQueue, PullStatus
 from tidemq.client.pull_consumer import ConsumeFrom, PullConsumer
+from tidemq.protocol.codes import RequestCode
 from tidemq.protocol.message import encode_properties
 
 
@@ -302,3 +303,93 @@ def test_misuse_raises_clear_errors(run):
 def test_bad_consume_from_is_refused():
     with pytest.raises(ValueError, match="LAST, FIRST, TIMESTAMP"):
         PullConsumer("cg", "127.0.0.1:9876", consume_from="NEWEST")
+
+
+def pulled_offsets(broker: FakeBroker) -> list[int]:
+    return [int((r.ext_fields or {})["queueOffset"]) for r in broker.requests
+            if r.code == RequestCode.PULL_MESSAGE]
+
+
+def test_a_backlog_is_pulled_with_several_pulls_in_flight_each_message_once(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            broker = cluster.brokers[0]
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            fill(broker, "T", 0, 300)
+            broker.pull_delay_s = 0.02  # a round trip long enough to see pulls overlap
+            async with consumer_for(cluster, consume_from="FIRST",
+                                    pulls_in_flight_per_queue=3) as consumer:
+                consumer.assign(queues_of(cluster, "T", 1))
+                got = await poll_until(consumer, 300)
+                assert [m.queue_offset for m in got] == list(range(300))
+                assert [m.body for m in got] == [f"0:{i}".encode() for i in range(300)]
+                assert consumer.position(MessageQueue("T", "broker-a", 0)) == 300
+            assert broker.pulls_max == 3
+            # Pulls ahead go only where the last answer said messages are (below max offset
+            # 300); at most a long poll at 300 follows.
+            offsets = pulled_offsets(broker)
+            assert max(offsets) <= 300
+            assert set(range(0, 300, 32)) <= set(offsets)
+
+    run(main())
+
+
+def test_a_wrongly_predicted_pull_is_dropped_and_nothing_is_skipped_or_repeated(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            broker = cluster.brokers[0]
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            fill(broker, "T", 0, 200)
+            broker.pull_delay_s = 0.02
+            broker.short_reads = {64: 5, 101: 1}  # reads there end early: 64..68, then 101
+            async with consumer_for(cluster, consume_from="FIRST",
+                                    pulls_in_flight_per_queue=3) as consumer:
+                consumer.assign(queues_of(cluster, "T", 1))
+                got = await poll_until(consumer, 200)
+                assert [m.queue_offset for m in got] == list(range(200))
+            offsets = pulled_offsets(broker)
+            # Pulls went out at the predicted 96 and 128 before 64's short answer came back;
+            # their answers were dropped and pulling went on at 69.
+            assert {96, 69, 101, 102} <= set(offsets)
+
+    run(main())
+
+
+def test_one_pull_in_flight_when_pipelining_is_off_or_the_subscription_filters(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            broker = cluster.brokers[0]
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            fill(broker, "T", 0, 100, tags="a")
+            broker.pull_delay_s = 0.02
+            async with consumer_for(cluster, consume_from="FIRST",
+                                    pulls_in_flight_per_queue=1) as consumer:
+                consumer.assign(queues_of(cluster, "T", 1))
+                assert len(await poll_until(consumer, 100)) == 100
+            assert broker.pulls_max == 1
+            async with consumer_for(cluster, "cg2", consume_from="FIRST") as consumer:
+                consumer.assign(queues_of(cluster, "T", 1), "a || b")
+                assert len(await poll_until(consumer, 100)) == 100
+            assert broker.pulls_max == 1
+
+    run(main())
+
+
+def test_pulling_pauses_while_a_queue_buffers_its_byte_threshold(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            broker = cluster.brokers[0]
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            big = b"x" * (64 * 1024)
+            for _ in range(100):
+                broker.store("T", 0, big)
+            async with consumer_for(cluster, consume_from="FIRST",
+                                    pull_threshold_size_for_queue_mib=1) as consumer:
+                consumer.assign(queues_of(cluster, "T", 1))
+                first = await consumer.poll(5000)  # one pull of 32 x 64 KiB: 2 MiB > 1 MiB
+                assert len(first) == 32
+                assert len(pulled_offsets(broker)) <= 2  # no more than one pulled ahead
+                rest = await poll_until(consumer, 68)
+                assert [m.queue_offset for m in first + rest] == list(range(100))
+
+    run(main())
