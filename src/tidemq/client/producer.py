@@ -501,7 +501,9 @@ class Producer(ClientLifecycle):
         loop = asyncio.get_running_loop()
         budget_s = (timeout_ms if timeout_ms is not None else self.send_timeout_ms) / 1000
         deadline = loop.time() + budget_s
-        info = await self._publish_info(topic)
+        info = self._publish.get(topic)
+        if info is None or not info.queues:  # else known already: no coroutine to await
+            info = await self._publish_info(topic)
         ordered = sharding_key is not None or queue is not None or selector is not None
         attempts = 1 if ordered else 1 + self.retry_times_when_send_failed
         failed_broker: str | None = None
