@@ -107,6 +107,28 @@ def test_sync_flush_completes_every_concurrent_put_after_its_sync(tmp_path):
         store.close()
 
 
+def test_periodic_flush_syncs_queues_each_round_and_the_index_only_when_due(tmp_path):
+    """The consume-queue flusher records each round in the checkpoint, but syncs the index
+    (and moves its checkpoint time) only every INDEX_SYNC_INTERVAL_S; ``flush`` always does."""
+    config = small_config(tmp_path / "store", flush_interval_consume_queue_ms=20)
+    store = FileMessageStore(config)
+    checkpoint = store.checkpoint
+    assert checkpoint is not None
+    try:
+        before = checkpoint.index_msg_timestamp
+        result = store.put_message(message(keys="k"))
+        for _ in range(500):  # bounded: the 20 ms flusher rounds record the new message
+            if checkpoint.logics_msg_timestamp == result.store_timestamp:
+                break
+            threading.Event().wait(0.01)
+        assert checkpoint.logics_msg_timestamp == result.store_timestamp
+        assert checkpoint.index_msg_timestamp == before  # no index sync yet
+        store.flush()
+        assert checkpoint.index_msg_timestamp == result.store_timestamp
+    finally:
+        store.close()
+
+
 def test_group_commit_shares_one_sync_among_waiting_requests():
     release = threading.Event()
     started = threading.Event()
