@@ -85,7 +85,8 @@ EFFECTS: dict[str, str] = {
                         "files, checkpoint (and logs unless --logDir).",
     "flushDiskType": "ASYNC_FLUSH flushes in the background; SYNC_FLUSH answers a send only "
                      "once it is on disk (group commit).",
-    "flushIntervalConsumeQueue": "How often (ms) consume-queue files are flushed.",
+    "flushIntervalConsumeQueue": "How often (ms) consume-queue files are flushed (the index "
+                                 "only once a minute, and at shutdown).",
     "maxMessageSize": "Largest message body accepted, bytes.",
     "messageIndexEnable": "Build the hash index of keys and message ids (queryMsgByKey, "
                           "queryMsgById with a topic).",
