@@ -3,9 +3,10 @@
 Usage: python store_crash_writer.py STORE_DIR ROUND THREADS
 
 Each thread appends messages with a unique key and, once the message's durable future says
-PUT_OK, prints "<physical offset> <unique key>" on its own line. A printed line is an
-acknowledgement: the parent kills this process with SIGKILL at a random moment and then
-checks that every acknowledged message is still in the store.
+PUT_OK, prints "<physical offset> <unique key>" on its own line (after one line "opened",
+once the store is open). A printed offset line is an acknowledgement: the parent kills this
+process with SIGKILL at a random moment and then checks that every acknowledged message is
+still in the store.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ CONFIG_OVERRIDES = {
     "flush_interval_consume_queue_ms": 50,
 }
 MESSAGES_PER_THREAD_MAX = 100_000  # a bound; the parent kills us long before
+OPENED = "opened"  # the line printed once the store is open (not an acknowledgement)
 
 
 def main() -> None:
     root, round_number, thread_count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     store = FileMessageStore(StoreConfig(store_path_root_dir=root, **CONFIG_OVERRIDES))
+    print(OPENED, flush=True)  # recovery is done: the parent may time its kill from here
     out_lock = threading.Lock()
 
     def produce(worker: int) -> None:

@@ -18,6 +18,7 @@ import sys
 import threading
 
 import pytest
+from store_crash_writer import OPENED
 
 from tidemq.protocol.message import decode_record, decode_records
 from tidemq.store.check import check_store
@@ -29,6 +30,11 @@ WRITER = os.path.join(os.path.dirname(__file__), "store_crash_writer.py")
 ROUNDS = 20
 THREADS = 4
 RUN_SECONDS_MAX = 1.2  # the kill comes somewhere in [0.05, this] after the start
+# Every FROM_START_EVERY-th round times its kill from the process start (so start-up and
+# recovery get killed too); the others from the open store (so rounds write on a busy machine).
+FROM_START_EVERY = 4
+OPEN_RUN_SECONDS_MAX = 0.6  # ... or in [0.05, this] after the open (start-up takes ~0.5 s)
+OPEN_WAIT_S = 60.0  # a bound on the writer's start-up and recovery; not an assertion
 
 
 def writer_config(root: str) -> StoreConfig:
@@ -40,16 +46,31 @@ def writer_config(root: str) -> StoreConfig:
     return StoreConfig(store_path_root_dir=root, **CONFIG_OVERRIDES)
 
 
-def run_and_kill(root: str, round_number: int, delay_s: float) -> list[tuple[int, str]]:
-    """Start the writer, SIGKILL it after delay_s, return its acknowledged (offset, key)."""
+def run_and_kill(root: str, round_number: int, delay_s: float,
+                 from_open: bool) -> list[tuple[int, str]]:
+    """Start the writer, SIGKILL it delay_s after its start (or, when from_open, after it
+    opened the store), return its acknowledged (offset, key)."""
     child = subprocess.Popen(
         [sys.executable, WRITER, root, str(round_number), str(THREADS)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
-    chunks: list[bytes] = []
-    reader = threading.Thread(target=lambda: chunks.extend(iter(child.stdout.read1, b"")))
+    lines: list[bytes] = []
+    opened = threading.Event()
+
+    def read() -> None:
+        for line in iter(child.stdout.readline, b""):
+            if line == f"{OPENED}\n".encode():
+                opened.set()
+            else:
+                lines.append(line)
+
+    reader = threading.Thread(target=read)
     reader.start()
     try:
+        if from_open:
+            # On a busy machine the start-up alone can outlast delay_s: wait (bounded) for the
+            # open store, so the round kills a writer that writes.
+            opened.wait(timeout=OPEN_WAIT_S)
         child.wait(timeout=delay_s)
     except subprocess.TimeoutExpired:
         os.kill(child.pid, signal.SIGKILL)
@@ -60,11 +81,11 @@ def run_and_kill(root: str, round_number: int, delay_s: float) -> list[tuple[int
     child.stderr.close()
     # The writer only ends by our SIGKILL; anything else is a crash of its own.
     assert child.returncode == -signal.SIGKILL, stderr
-    text = b"".join(chunks).decode()
-    complete = text[: text.rfind("\n") + 1]  # a line cut by the kill is no acknowledgement
     acked = []
-    for line in complete.splitlines():
-        offset, key = line.split()
+    for line in lines:
+        if not line.endswith(b"\n"):
+            continue  # a line cut by the kill is no acknowledgement
+        offset, key = line.decode().split()
         acked.append((int(offset), key))
     return acked
 
@@ -90,8 +111,9 @@ def test_acknowledged_messages_survive_sigkill(tmp_path):
     root = str(tmp_path / "store")
     acked: dict[int, str] = {}
     for round_number in range(ROUNDS):
-        delay_s = rng.uniform(0.05, RUN_SECONDS_MAX)
-        for offset, key in run_and_kill(root, round_number, delay_s):
+        from_open = round_number % FROM_START_EVERY != 0
+        delay_s = rng.uniform(0.05, OPEN_RUN_SECONDS_MAX if from_open else RUN_SECONDS_MAX)
+        for offset, key in run_and_kill(root, round_number, delay_s, from_open):
             acked[offset] = key
         store = FileMessageStore(writer_config(root))
         try:

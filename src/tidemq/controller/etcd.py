@@ -33,6 +33,9 @@ log = logging.getLogger("tidemq.controller")
 # One etcd request may take this long before we call etcd unreachable: long enough for a
 # loaded etcd's fsync, short enough that a broker notices an outage within a heartbeat or two.
 REQUEST_TIMEOUT_S = 2.0
+# A request whose shared channel was closed by another request's failure is asked again on a new
+# channel this many times (then it fails as a cancel).
+CHANNEL_REOPENS = 2
 
 
 class ControllerUnavailable(TidemqError):
@@ -153,7 +156,9 @@ class ControllerStore:
 
     async def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
         errors = []
-        for _ in range(len(self.endpoints)):
+        endpoints_left = len(self.endpoints)
+        reopens_left = CHANNEL_REOPENS
+        while endpoints_left > 0:
             client = self._connected_client()
             try:
                 async with asyncio.timeout(self._timeout + 0.5):
@@ -166,6 +171,17 @@ class ControllerStore:
                 errors.append(f"{self.endpoint}: {type(e).__name__} {e}".strip())
                 await self.close()
                 self._index = (self._index + 1) % len(self.endpoints)
+                endpoints_left -= 1
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is None or task.cancelling() or reopens_left == 0:
+                    raise  # this request itself was cancelled
+                # Requests share one channel: another one's failure closed it under this one,
+                # which grpc reports as a local cancel. Ask again on a new channel.
+                reopens_left -= 1
+                errors.append(f"{self.endpoint}: the channel was closed under the request")
+                if self._client is client:
+                    await self.close()
         raise ControllerUnavailable(
             f"etcd did not answer {what} at controllerAddr={self.endpoints_text} "
             f"({'; '.join(errors)}); check that etcd runs there and that controllerAddr "
