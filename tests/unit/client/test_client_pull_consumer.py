@@ -400,3 +400,27 @@ def test_pulling_pauses_while_a_queue_buffers_its_byte_threshold(run):
                 assert [m.queue_offset for m in first + rest] == list(range(100))
 
     run(main())
+
+
+def test_a_seek_while_pulls_are_in_flight_drops_their_answers(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            broker = cluster.brokers[0]
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            fill(broker, "T", 0, 400)
+            broker.pull_delay_s = 0.02
+            queue = MessageQueue("T", "broker-a", 0)
+            async with consumer_for(cluster, consume_from="FIRST", max_poll_records=40,
+                                    pulls_in_flight_per_queue=3) as consumer:
+                consumer.assign([queue])
+                first = await poll_until(consumer, 40)
+                for _ in range(400):  # until pulls ahead are out
+                    if broker.pulls_now >= 2:
+                        break
+                    await asyncio.sleep(0.005)
+                await consumer.seek(queue, 5)
+                again = await poll_until(consumer, 395)
+            assert [m.queue_offset for m in first] == list(range(len(first)))
+            assert [m.queue_offset for m in again] == list(range(5, 400))
+
+    run(main())
