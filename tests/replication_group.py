@@ -9,7 +9,6 @@ server, a master ``broker-a`` (process name ``master``) and a slave of it (proce
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -18,7 +17,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from server_processes import ServerProcess, TidemqCluster, remoting_call, wait_until
-from tidemq.client import Admin
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode
 from tidemq.protocol.command import RemotingCommand
@@ -112,18 +110,3 @@ def store_check(server: ServerProcess) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tidemq", "store", "check",
                            str(store_dir(server))], capture_output=True, text=True, timeout=300,
                           check=False)
-
-
-async def create_routed_topic(namesrv: str, topic: str, queues: int) -> None:
-    """Create ``topic`` with ``queues`` queues through the admin API and wait (bounded, 20 s)
-    until the name server routes it."""
-    async with Admin(namesrv) as admin:
-        await admin.create_topic(topic, queues)
-        for _ in range(400):
-            try:
-                if (await admin.topic_route(topic)).subscribe_queues(topic):
-                    return
-            except Exception:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"topic {topic} never showed up in the route")

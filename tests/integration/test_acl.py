@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from routed_topics import create_routed_topic
 from tidemq.client import Admin, BrokerRejected, Credentials, Message, Producer, PullConsumer
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
@@ -58,16 +59,7 @@ def acl_cluster(tidemq_cluster, tmp_path: Path, text: str = ACL_YAML, *, namesrv
 
 
 async def create_topic(namesrv: str, topic: str, credentials: Credentials) -> None:
-    async with Admin(namesrv, credentials=credentials) as admin:
-        await admin.create_topic(topic, 2)
-        for _ in range(400):
-            try:
-                if (await admin.topic_route(topic)).subscribe_queues(topic):
-                    return
-            except Exception:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"topic {topic} never showed up in the route")
+    await create_routed_topic(namesrv, topic, 2, credentials=credentials)
 
 
 async def max_offsets(namesrv: str, topic: str) -> int:

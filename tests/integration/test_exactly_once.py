@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 
+from routed_topics import create_routed_topic
 from tidemq.client import Admin, MessageExt, MessageQueue, PullConsumer
 from tidemq.client.errors import BrokerRejected, NoRouteError
 from tidemq.client.exactly_once import EosIdentity, ExactlyOnceClient, WriterHalves
@@ -34,17 +35,7 @@ OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 
 async def create_topic(namesrv: str, topic: str) -> list[MessageQueue]:
     """Create ``topic`` and wait (bounded) until the name server routes it."""
-    async with Admin(namesrv) as admin:
-        await admin.create_topic(topic, QUEUES)
-        for _ in range(400):
-            try:
-                found = (await admin.topic_route(topic)).subscribe_queues(topic)
-                if found:
-                    return sorted(found)
-            except Exception:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"topic {topic} never showed up in the route")
+    return sorted(await create_routed_topic(namesrv, topic, QUEUES))
 
 
 async def read_topic(namesrv: str, queues: list[MessageQueue], expected: int) -> list[bytes]:

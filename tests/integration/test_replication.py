@@ -15,7 +15,6 @@ import sys
 from replication_group import (
     BROKER_NAME,
     commit_log_bytes,
-    create_routed_topic,
     max_offset,
     runtime,
     start_group,
@@ -23,6 +22,7 @@ from replication_group import (
     wait_caught_up,
     wait_quiet,
 )
+from routed_topics import create_routed_topic
 from server_processes import remoting_call, wait_until
 from tidemq.client import Message, Producer
 from tidemq.client.message import SendStatus

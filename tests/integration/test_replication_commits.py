@@ -13,8 +13,9 @@ import uuid
 import pytest
 
 from replication_group import max_offset, runtime, start_group, wait_caught_up
+from routed_topics import create_routed_topic
 from server_processes import wait_until
-from tidemq.client import Admin, Message, MessageQueue, PullConsumer
+from tidemq.client import Message, MessageQueue, PullConsumer
 from tidemq.client.errors import BrokerRejected
 from tidemq.client.exactly_once import EosIdentity, ExactlyOnceClient, WriterHalves
 from tidemq.client.message import SendStatus
@@ -31,17 +32,7 @@ NOT_CONFIRMED = {ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.FLUSH_SLAVE_TIME
 
 
 async def create_topic(namesrv: str) -> list[MessageQueue]:
-    async with Admin(namesrv) as admin:
-        await admin.create_topic(TOPIC, 2)
-        for _ in range(400):
-            try:
-                found = (await admin.topic_route(TOPIC)).subscribe_queues(TOPIC)
-                if found:
-                    return sorted(found)
-            except Exception:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"topic {TOPIC} never showed up in the route")
+    return sorted(await create_routed_topic(namesrv, TOPIC, 2))
 
 
 async def write_halves(client: ExactlyOnceClient, query_id: str, batch_id: int,

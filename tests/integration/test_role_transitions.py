@@ -19,13 +19,13 @@ import time
 from replication_group import (
     BROKER_NAME,
     HA_TEST_SETTINGS,
-    create_routed_topic,
     max_offset,
     runtime,
     store_check,
     store_dir,
     wait_caught_up,
 )
+from routed_topics import create_routed_topic
 from server_processes import remoting_call, wait_until
 from tidemq.client import Message, Producer, PullConsumer
 from tidemq.client.message import SendStatus

@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from tidemq.client import Admin, Message, Producer, PullConsumer, tls_context
+from routed_topics import create_routed_topic
+from tidemq.client import Message, Producer, PullConsumer, tls_context
 from tidemq.errors import TidemqError
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
@@ -42,15 +43,7 @@ def tls_settings(pki, mode: str, client_auth: str = "none", *, broker: bool = Tr
 async def round_trip(namesrv: str, topic: str, tls, count: int = 5) -> list[bytes]:
     """Create ``topic``, send ``count`` messages and read them back, every connection with
     ``tls``."""
-    async with Admin(namesrv, tls=tls) as admin:
-        await admin.create_topic(topic, 2)
-        for _ in range(400):
-            try:
-                if (await admin.topic_route(topic)).subscribe_queues(topic):
-                    break
-            except TidemqError:
-                pass
-            await asyncio.sleep(0.05)
+    await create_routed_topic(namesrv, topic, 2, tls=tls)
     async with Producer("tls-pg", namesrv, tls=tls, retry_times_when_send_failed=0) as producer:
         for n in range(count):
             await producer.send(Message(topic, f"m{n}".encode()))

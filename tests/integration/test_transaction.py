@@ -16,6 +16,7 @@ import signal
 
 import pytest
 
+from routed_topics import create_routed_topic
 from tidemq.client import Admin, Message, MessageExt, MessageQueue, PullConsumer
 from tidemq.client.transaction_producer import (
     TransactionProducer,
@@ -39,17 +40,7 @@ FAST_CHECKS = {
 
 async def create_topic(namesrv: str, topic: str, queues: int = QUEUES) -> list[MessageQueue]:
     """Create ``topic`` and wait (bounded) until the name server routes it."""
-    async with Admin(namesrv) as admin:
-        await admin.create_topic(topic, queues)
-        for _ in range(400):
-            try:
-                found = (await admin.topic_route(topic)).subscribe_queues(topic)
-                if found:
-                    return found
-            except Exception:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"topic {topic} never showed up in the route")
+    return await create_routed_topic(namesrv, topic, queues)
 
 
 async def read_topic(namesrv: str, queues: list[MessageQueue], expected: int,

@@ -18,8 +18,9 @@ from replication_group import (
     start_group,
     wait_caught_up,
 )
+from routed_topics import create_routed_topic
 from server_processes import remoting_call, wait_until
-from tidemq.client import Admin, Message, Producer
+from tidemq.client import Message, Producer
 from tidemq.client.message import SendStatus
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
@@ -32,16 +33,7 @@ NOT_OK = {SendStatus.SLAVE_NOT_AVAILABLE, SendStatus.FLUSH_SLAVE_TIMEOUT}
 
 
 async def create_topic(namesrv: str, topic: str = TOPIC) -> None:
-    async with Admin(namesrv) as admin:
-        await admin.create_topic(topic, 4)
-        for _ in range(400):
-            try:
-                if (await admin.topic_route(topic)).subscribe_queues(topic):
-                    return
-            except Exception:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"topic {topic} never showed up in the route")
+    await create_routed_topic(namesrv, topic, 4)
 
 
 def view(addr: str, physical_offset: int) -> bytes | None:

@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from tidemq.client import Admin, Credentials
+from routed_topics import create_routed_topic
+from tidemq.client import Credentials
 
 pytestmark = pytest.mark.spark
 
@@ -31,17 +32,8 @@ def acl_namesrv(tidemq_cluster, tmp_path):
     path.write_text(ACL_YAML)
     cluster = tidemq_cluster(broker_overrides={"aclEnable": "true", "aclFilePath": str(path)})
 
-    async def create(topic: str) -> None:
-        async with Admin(cluster.namesrv_addr,
-                         credentials=Credentials("operator", "operator-secret")) as admin:
-            await admin.create_topic(topic, 2)
-            for _ in range(400):
-                route = await admin.topic_route(topic)
-                if route.subscribe_queues(topic):
-                    return
-                await asyncio.sleep(0.05)
-
-    asyncio.run(create("SparkSigned"))
+    asyncio.run(create_routed_topic(cluster.namesrv_addr, "SparkSigned", 2,
+                                    credentials=Credentials("operator", "operator-secret")))
     return cluster.namesrv_addr
 
 
