@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import IO
 
 from idle import process_cpu_s, wait_process_idle
 from store_bench import machine_description
@@ -108,13 +109,19 @@ class DevServer:
         self.broker_port = broker_port
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
+        stop_process(self.process, self.log, grace_s=20)
+
+
+def stop_process(process: subprocess.Popen, log: IO[bytes], grace_s: float = 20) -> None:
+    """Stop a server this benchmark started, by its PID: SIGTERM, then SIGKILL if it is
+    still running after ``grace_s``; then close its log."""
+    process.terminate()
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    log.close()
 
 
 def children_cpu_s() -> float:

@@ -41,6 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from broker_bench import stop_process
 from idle import main_thread_sched_s, process_cpu_s, wait_process_idle
 from store_bench import machine_description
 from tidemq.protocol import jsonx
@@ -93,13 +94,7 @@ class Server:
         self.ready_at = time.monotonic()
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
+        stop_process(self.process, self.log, grace_s=30)
 
 
 def broker(work_dir: str, name: str, namesrv: Server, **settings: str) -> Server:

@@ -41,7 +41,14 @@ import sys
 import tempfile
 import time
 
-from broker_bench import DevServer, children_cpu_s, free_port, produce_with_cpu, wait_for_port
+from broker_bench import (
+    DevServer,
+    children_cpu_s,
+    free_port,
+    produce_with_cpu,
+    stop_process,
+    wait_for_port,
+)
 from idle import process_cpu_s, wait_process_idle
 from latency_bench import load_average
 from store_bench import machine_description
@@ -153,13 +160,7 @@ class RedisServer:
             raise
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
+        stop_process(self.process, self.log, grace_s=20)
 
 
 def scheduling() -> str:

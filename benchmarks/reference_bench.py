@@ -39,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from broker_bench import stop_process  # noqa: E402
 from java_runtime import client_classpath, java  # noqa: E402
 from reference_cluster import ReferenceCluster  # noqa: E402
 from server_processes import free_port  # noqa: E402
@@ -75,13 +76,7 @@ class TidemqDev:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
+        stop_process(self.process, self.log, grace_s=30)
 
 
 def _listening(port: int) -> bool:
