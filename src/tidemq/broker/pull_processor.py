@@ -205,18 +205,13 @@ class PullMessageProcessor:
     def register(self, server: RemotingServer) -> None:
         """Register the PULL_MESSAGE handler on ``server``: an immediate one (a pull reads
         the store or parks, and never waits), so no task is made per pull."""
-        server.register(RequestCode.PULL_MESSAGE, self.handle_now, immediate=True)
+        server.register(RequestCode.PULL_MESSAGE, self.handle, immediate=True)
 
-    async def handle(
+    def handle(
         self, request: RemotingCommand, connection: Connection
     ) -> RemotingCommand | None:
-        """The PULL_MESSAGE handler: a response, or None when the pull was parked."""
-        return self.process(request, connection, PullMode.FIRST)
-
-    def handle_now(
-        self, request: RemotingCommand, connection: Connection
-    ) -> RemotingCommand | None:
-        """``handle`` as a plain function (the immediate handler ``register`` installs)."""
+        """The PULL_MESSAGE handler (a plain function, run as the request is dispatched): a
+        response, or None when the pull was parked."""
         return self.process(request, connection, PullMode.FIRST)
 
     def process(
