@@ -127,12 +127,12 @@ class FrameDecoder:
             with memoryview(self._buffer) as view:
                 commands, self._position = self._decode_available(view, self._position)
             self._compact()
-            if self._position == 0 and self._checked_frame_at == 0:
-                # A checked large frame now starts the buffer: collect the rest read by read.
-                buffered = bytes(self._buffer)
-                if self._start_large(buffered, 0):
-                    self._buffer.clear()
-                    self._checked_frame_at = -1
+            # A checked large frame now starting the buffer: collect the rest read by read
+            # (_start_large copies the buffer's bytes only when it takes the frame).
+            if (self._position == 0 and self._checked_frame_at == 0
+                    and self._start_large(self._buffer, 0)):
+                self._buffer.clear()
+                self._checked_frame_at = -1
             return commands
         except ProtocolError as e:
             self._error = e
