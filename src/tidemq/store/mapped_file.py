@@ -179,7 +179,7 @@ class MappedFile:
         # Made in place, sized sparse with one page reserved and warmed: a new consume queue
         # costs one file creation and a few system calls. A crash before the ftruncate leaves
         # a short file, which loading extends (the queue is then rebuilt from the log).
-        reserved = min(PAGE_SIZE, file_size)
+        reserved = first_page_size(file_size)
         prepared = _open_prepared(path, file_size, file_from_offset, reserved, reserve_chunk)
         if prepared is not None:
             return prepared
@@ -192,9 +192,7 @@ class MappedFile:
         except OSError as e:
             raise _file_error(f"cannot create segment {path}", e) from e
         try:
-            _size_sparse(fd, path, file_size)
-            _preallocate(fd, path, 0, reserved)
-            _warm(fd, path, 0, reserved)
+            start_sparse_segment(fd, path, file_size)
             mapping = _map(fd, file_size, mmap.ACCESS_WRITE, path)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -389,6 +387,25 @@ class MappedFile:
             f"MappedFile({self.describe()}, write={self.write_position}, "
             f"flushed={self.flushed_position})"
         )
+
+
+def first_page_size(file_size: int) -> int:
+    """How much of a new sparse segment of ``file_size`` bytes is reserved at once."""
+    return min(PAGE_SIZE, file_size)
+
+
+def start_sparse_segment(fd: int, path: str, file_size: int) -> None:
+    """Make the open, empty file ``fd`` (at ``path``) what a new consume-queue segment starts
+    as: sized sparse to ``file_size``, its first page reserved and written with zeros.
+
+    Raises:
+        StoreFull: no room for the first page.
+        StoreError: the file cannot be sized or written (it names the path).
+    """
+    reserved = first_page_size(file_size)
+    _size_sparse(fd, path, file_size)
+    _preallocate(fd, path, 0, reserved)
+    _warm(fd, path, 0, reserved)
 
 
 def _make_directory(directory: str) -> None:

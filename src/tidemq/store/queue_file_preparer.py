@@ -44,11 +44,9 @@ import threading
 from collections.abc import Callable
 
 from tidemq.errors import StoreError
-from tidemq.store.mapped_file import PAGE_SIZE, TEMPORARY_SUFFIX, file_name
+from tidemq.store.mapped_file import TEMPORARY_SUFFIX, file_name, start_sparse_segment
 
 logger = logging.getLogger(__name__)
-
-_ZERO_PAGE = bytes(PAGE_SIZE)
 
 
 class QueueFilePreparer:
@@ -151,10 +149,7 @@ class QueueFilePreparer:
         temporary = f"{path}.prepared{TEMPORARY_SUFFIX}"
         fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.ftruncate(fd, self.file_size)
-            reserved = min(PAGE_SIZE, self.file_size)
-            os.posix_fallocate(fd, 0, reserved)
-            os.pwrite(fd, _ZERO_PAGE[:reserved], 0)
+            start_sparse_segment(fd, temporary, self.file_size)
             try:
                 os.link(temporary, path)  # never replaces a file the store made meanwhile
             except FileExistsError:
