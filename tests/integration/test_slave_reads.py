@@ -10,7 +10,8 @@ import asyncio
 import threading
 import time
 
-from replication_group import create_routed_topic, runtime, start_group, wait_caught_up
+from replication_group import runtime, start_group, wait_caught_up
+from routed_topics import create_routed_topic
 from server_processes import remoting_call, wait_until
 from tidemq.client import ConsumeResult, Message, Producer, PullConsumer, PushConsumer
 from tidemq.protocol.codes import RequestCode, ResponseCode
