@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/figures.py [--runs 3] [--messages 200000] [--quick] [--json]
 
-Each run starts a fresh ``tidemq dev`` with ASYNC_FLUSH, then one with SYNC_FLUSH (free
-loopback ports, a store in a temporary directory), and measures against them, clients in
+Each run starts a fresh ``tidemq dev`` with ASYNC_FLUSH and one with SYNC_FLUSH side by side
+(free loopback ports, stores in a temporary directory), and measures against them, clients in
 their own processes (``tidemq bench`` and ``latency_bench.py``), 1 KiB messages:
 
 throughput (ASYNC_FLUSH)
@@ -18,14 +18,18 @@ latency (``latency_bench.measure``: nanosecond stamps in the bodies)
   ``e2e_pull_20000``: p99 at 20,000 msg/s; ``e2e_pull_2000_sync``: p99 with SYNC_FLUSH;
 durable
   ``sync_vs_async_batch``: SYNC_FLUSH batch produce over ASYNC_FLUSH batch produce of the
-  same run (``produce_batch_sync`` is the SYNC_FLUSH rate).
+  same run, measured in alternation (ASYNC, SYNC, then SYNC, ASYNC; each broker idle while
+  the other works), so a neighbour's burst or the host's speed, which moves by a factor of
+  1.5 within a day, falls on both sides (``produce_batch`` and ``produce_batch_sync`` are the
+  mean rates of the two rounds of each).
 
 Next to some figures, the broker's (and the latency consumer's) CPU per message: the
 steadier figure on a shared machine. The table gives the median over runs, every run's
 figure, the target of issue 18 and whether it is met, and the load average at the start
 and the end (the machine is shared: compare figures of one table, or tables of similar
-load). ``--quick``: one run, fewer messages and
-shorter latency runs, for a check while working.
+load). It also prints the host's speed at the start (codec_bench's calibration, CPU µs; the
+same code measured 1.4x slower at 5.8 than at 4.2): compare tables of similar calibration.
+``--quick``: one run, fewer messages and shorter latency runs, for a check while working.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import sys
 import tempfile
 import time
 
-from broker_bench import DevServer, bench, produce_with_cpu
+from broker_bench import DevServer, bench, calibration_us, produce_with_cpu
 from idle import wait_process_idle
 from latency_bench import load_average, measure
 from store_bench import machine_description
@@ -93,68 +97,85 @@ def produce_figures(server: DevServer, name: str, topic: str, count: int,
             f"{name}_broker_cpu": summary["broker_cpu_us_per_msg"]}
 
 
-def async_run(args: argparse.Namespace, work_dir: str) -> dict[str, float]:
-    server = DevServer(os.path.join(work_dir, "async"))
-    try:
-        namesrv, pid = server.namesrv, server.process.pid
-        size = str(args.size)
-        figures: dict[str, float] = {}
-        figures.update(produce_figures(server, "produce_batch", "FigBatch", args.messages,
-                                       "-s", size, "-b", "64", "-c", "16"))
-        figures.update(produce_figures(server, "produce_single", "FigSingle",
-                                       args.messages // 4, "-s", size, "-b", "0", "-c", "64"))
-        wait_process_idle(pid)
-        figures["consume_pull"] = bench(namesrv, "consume", "-t", "FigBatch", "--from", "first",
-                                        "--count", str(args.messages))["msgs_per_s"]
-        rates = {}
-        for queues in (1, 1024):
-            topic = f"FigQueues{queues}"
-            create_topic(namesrv, topic, queues)
-            wait_process_idle(pid)
-            rates[queues] = bench(namesrv, "produce", "-t", topic, "-s", size, "-b", "64",
-                                  "-c", "16", "--count", str(args.messages),
-                                  timeout_s=600)["msgs_per_s"]
-        figures["queues_1024_vs_1"] = rates[1024] / rates[1]
-        wait_process_idle(pid)
-        figures.update(latency_figures(namesrv, work_dir, "e2e_pull_2000",
-                                       args.latency_seconds, consumer_kind="pull",
-                                       broker_pid=pid))
-        figures.update(latency_figures(namesrv, work_dir, "e2e_push_2000",
-                                       args.latency_seconds, consumer_kind="push"))
-        figures.update(latency_figures(namesrv, work_dir, "e2e_pull_20000",
-                                       args.latency_seconds, consumer_kind="pull",
-                                       rate=20_000, concurrency=64))
-        return figures
-    finally:
-        server.stop()
+# Rounds of the alternating SYNC_FLUSH / ASYNC_FLUSH batch-produce pair in each run.
+DURABLE_ROUNDS = 2
 
 
-def sync_run(args: argparse.Namespace, work_dir: str) -> dict[str, float]:
-    server = DevServer(os.path.join(work_dir, "sync"), extra_args=["--flushDiskType",
-                                                                   "SYNC_FLUSH"])
-    try:
-        figures = produce_figures(server, "produce_batch_sync", "FigBatch", args.messages,
-                                  "-s", str(args.size), "-b", "64", "-c", "16")
-        wait_process_idle(server.process.pid)
-        figures.update(latency_figures(server.namesrv, work_dir, "e2e_pull_2000_sync",
-                                       args.latency_seconds, consumer_kind="pull"))
-        return figures
-    finally:
-        server.stop()
+def durable_figures(async_server: DevServer, sync_server: DevServer, count: int,
+                    size: int) -> dict[str, float]:
+    """Batch produce on both brokers in alternation: the rates and broker CPU per message of
+    each (mean over the rounds) and their ratio within this run."""
+    sides: dict[str, list[dict[str, float]]] = {"produce_batch": [], "produce_batch_sync": []}
+    for round_index in range(DURABLE_ROUNDS):
+        order = [("produce_batch", async_server), ("produce_batch_sync", sync_server)]
+        for name, server in order if round_index % 2 == 0 else reversed(order):
+            # A topic per round: each round writes new queues, as the first round did.
+            sides[name].append(produce_figures(server, name, f"FigBatch{round_index}", count,
+                                               "-s", str(size), "-b", "64", "-c", "16"))
+    figures = {}
+    for name, rounds in sides.items():
+        for key in (name, f"{name}_broker_cpu"):
+            figures[key] = statistics.fmean(figure[key] for figure in rounds)
+    figures["sync_vs_async_batch"] = figures["produce_batch_sync"] / figures["produce_batch"]
+    figures["sync_vs_async_batch_per_cpu"] = (
+        figures["produce_batch_broker_cpu"] / figures["produce_batch_sync_broker_cpu"])
+    return figures
+
+
+def async_figures(args: argparse.Namespace, work_dir: str,
+                  server: DevServer) -> dict[str, float]:
+    namesrv, pid = server.namesrv, server.process.pid
+    size = str(args.size)
+    figures = produce_figures(server, "produce_single", "FigSingle", args.messages // 4,
+                              "-s", size, "-b", "0", "-c", "64")
+    wait_process_idle(pid)
+    figures["consume_pull"] = bench(namesrv, "consume", "-t", "FigBatch0", "--from", "first",
+                                    "--count", str(args.messages))["msgs_per_s"]
+    rates = {}
+    for queues in (1, 1024):
+        topic = f"FigQueues{queues}"
+        create_topic(namesrv, topic, queues)
+        wait_process_idle(pid)
+        rates[queues] = bench(namesrv, "produce", "-t", topic, "-s", size, "-b", "64",
+                              "-c", "16", "--count", str(args.messages),
+                              timeout_s=600)["msgs_per_s"]
+    figures["queues_1024_vs_1"] = rates[1024] / rates[1]
+    wait_process_idle(pid)
+    figures.update(latency_figures(namesrv, work_dir, "e2e_pull_2000",
+                                   args.latency_seconds, consumer_kind="pull",
+                                   broker_pid=pid))
+    figures.update(latency_figures(namesrv, work_dir, "e2e_push_2000",
+                                   args.latency_seconds, consumer_kind="push"))
+    figures.update(latency_figures(namesrv, work_dir, "e2e_pull_20000",
+                                   args.latency_seconds, consumer_kind="pull",
+                                   rate=20_000, concurrency=64))
+    return figures
 
 
 def one_run(args: argparse.Namespace) -> dict[str, float]:
     work_dir = tempfile.mkdtemp(prefix="figures-", dir=args.dir)
+    servers: list[DevServer] = []
     try:
         for side in ("async", "sync"):
             os.makedirs(os.path.join(work_dir, side))
-        figures = async_run(args, work_dir)
-        figures.update(sync_run(args, work_dir))
-        figures["sync_vs_async_batch"] = figures["produce_batch_sync"] / figures["produce_batch"]
-        figures["sync_vs_async_batch_per_cpu"] = (
-            figures["produce_batch_broker_cpu"] / figures["produce_batch_sync_broker_cpu"])
+        servers.append(DevServer(os.path.join(work_dir, "async")))
+        servers.append(DevServer(os.path.join(work_dir, "sync"),
+                                 extra_args=["--flushDiskType", "SYNC_FLUSH"]))
+        async_server, sync_server = servers
+        figures = durable_figures(async_server, sync_server, args.messages, args.size)
+        sync_server.stop()  # idle from here on; stopped so it costs the latency runs nothing
+        figures.update(async_figures(args, work_dir, async_server))
+        async_server.stop()
+        sync_server = DevServer(os.path.join(work_dir, "sync"),
+                                extra_args=["--flushDiskType", "SYNC_FLUSH"])
+        servers.append(sync_server)
+        wait_process_idle(sync_server.process.pid)
+        figures.update(latency_figures(sync_server.namesrv, work_dir, "e2e_pull_2000_sync",
+                                       args.latency_seconds, consumer_kind="pull"))
         return figures
     finally:
+        for server in servers:
+            server.stop()
         shutil.rmtree(work_dir, ignore_errors=True)
 
 
@@ -192,15 +213,18 @@ def main() -> int:
     os.makedirs(args.dir, exist_ok=True)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = load_average()
+    calibration = calibration_us()
     runs = [one_run(args) for _ in range(args.runs)]
     load_after = load_average()
     if args.json:
         print(json.dumps({"started": started, "machine": machine_description(),
+                          "calibration_cpu_us": calibration,
                           "load_average": [load_before, load_after], "runs": runs}))
         return 0
     print(f"figure set: {args.runs} run(s), {args.messages} x {args.size} B, latency runs "
           f"{args.latency_seconds:g} s; {started}")
-    print(f"machine: {machine_description()}")
+    print(f"machine: {machine_description()}; host speed: codec_bench send_request_decode "
+          f"{calibration:.2f} CPU us")
     print(f"load average (1, 5, 15 min): {load_before} at the start, {load_after} at the end")
     print(table(runs))
     return 0

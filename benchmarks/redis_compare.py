@@ -1,7 +1,8 @@
 """Batch produce, tidemq against Redis Streams in one harness (issue 18, "Durable throughput"):
 
     .venv/bin/python benchmarks/redis_compare.py [--runs 3] [--messages 200000] [--size 1024]
-        [--batch 64] [--concurrency 16] [--redis-server PATH] [--json]
+        [--batch 64] [--concurrency 16] [--redis-server PATH] [--redis-client resp|redis-py]
+        [--json]
 
 Each run measures, in turn (the order alternates from run to run, so a neighbour's burst
 does not always land on the same side):
@@ -19,6 +20,13 @@ does not always land on the same side):
   round trip; one stream (Redis runs a stream on one thread either way). RESP is encoded
   here (a few lines) so the benchmark needs no client library. At the end the client reads
   XLEN: every acknowledged entry must be in the stream.
+
+``--redis-client`` chooses Redis's client: ``resp`` (the default) is the minimal encoder above,
+the least client work Redis can be driven with from Python; ``redis-py`` is Redis's own Python
+client (``redis`` with the ``hiredis`` parser, pinned below, each connection a non-transaction
+pipeline of ``--batch`` XADDs), what a Python user of Redis runs. redis-py is not a tidemq
+dependency: on first use the harness installs it into a folder of its own under ``--dir``
+(``pip install --target``, from PyPI) and runs the Redis client with that folder on its path.
 
 Both clients are Python on an asyncio loop (uvloop where installed) and create a message's
 request from the same body each time. Printed: both rates, the ratio tidemq/Redis per run
@@ -140,6 +148,63 @@ async def redis_produce(port: int, count: int, size: int, batch: int,
             "stream_length": stream_length}
 
 
+async def redis_py_produce(port: int, count: int, size: int, batch: int,
+                           concurrency: int) -> dict:
+    """As ``redis_produce``, through redis-py: one client per connection, ``batch`` XADDs
+    per non-transaction pipeline."""
+    import redis.asyncio as redis_asyncio  # from redis_py_dir (REDIS_PY_REQUIREMENTS)
+
+    body = (os.urandom(64) * (size // 64 + 1))[:size]
+    clients = [redis_asyncio.Redis(host="127.0.0.1", port=port, single_connection_client=True)
+               for _ in range(concurrency)]
+    claimed = [0]
+    done = [0]
+
+    async def worker(client: redis_asyncio.Redis) -> None:
+        while True:
+            take = min(batch, count - claimed[0])
+            if take <= 0:
+                return
+            claimed[0] += take
+            pipe = client.pipeline(transaction=False)
+            for _ in range(take):
+                pipe.xadd(STREAM, {b"b": body})
+            await pipe.execute()
+            done[0] += take
+
+    await clients[0].xadd(STREAM, {b"b": body})
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(client) for client in clients))
+    seconds = time.perf_counter() - started
+    stream_length = await clients[0].xlen(STREAM)
+    for client in clients:
+        await client.aclose()
+    return {"msgs_per_s": done[0] / seconds, "seconds": seconds, "messages": done[0],
+            "stream_length": stream_length}
+
+
+# redis-py with its C reply parser, pinned; installed beside, not into, the environment.
+REDIS_PY_REQUIREMENTS = ("redis==8.1.0", "hiredis==3.5.0")
+
+
+def redis_py_dir(base_dir: str) -> str:
+    """A folder holding REDIS_PY_REQUIREMENTS (``pip install --target``), made on first use;
+    the Redis client runs with it first on its PYTHONPATH."""
+    target = os.path.join(base_dir, "redis-py")
+    marker = os.path.join(target, "tidemq-bench-requirements.txt")
+    wanted = "\n".join(REDIS_PY_REQUIREMENTS)
+    if os.path.exists(marker):
+        with open(marker) as file:
+            if file.read() == wanted:
+                return target
+    shutil.rmtree(target, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", target,
+                    *REDIS_PY_REQUIREMENTS], check=True, timeout=600)
+    with open(marker, "w") as file:
+        file.write(wanted)
+    return target
+
+
 class RedisServer:
     """A ``redis-server`` on a free loopback port with its own directory; stopped by PID."""
 
@@ -172,11 +237,15 @@ def scheduling() -> str:
 
 
 def run_client(port: int, count: int, args: argparse.Namespace) -> dict:
+    env = dict(os.environ)
+    if args.redis_client == "redis-py":  # main() installed it before any measurement
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [redis_py_dir(args.dir), env.get("PYTHONPATH")]))
     out = subprocess.run(
         [sys.executable, __file__, "--client", str(port), "--messages",
          str(count), "--size", str(args.size), "--batch", str(args.batch), "--concurrency",
-         str(args.concurrency)],
-        capture_output=True, text=True, timeout=600, check=False,
+         str(args.concurrency), "--redis-client", args.redis_client],
+        capture_output=True, text=True, timeout=600, check=False, env=env,
     )
     if out.returncode != 0:
         raise RuntimeError(f"redis client failed: {out.stderr.strip()[-2000:]}")
@@ -222,6 +291,15 @@ def measure_tidemq(args: argparse.Namespace, work_dir: str) -> dict:
             "client_cpu_us": summary["client_cpu_us_per_msg"]}
 
 
+def run_redis_client(coroutine: object) -> dict:
+    """Run the client on uvloop where installed, as tidemq's client runs."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coroutine)  # type: ignore[arg-type]
+    return uvloop.run(coroutine)  # type: ignore[arg-type]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -230,21 +308,25 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
+    parser.add_argument("--redis-client", choices=("resp", "redis-py"), default="resp",
+                        help="Redis's client: this harness's minimal RESP encoder, or redis-py "
+                             "(installed in a side environment on first use)")
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--client", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client is not None:
-        from tidemq.remoting.loop import run as run_on_loop
-
-        print(json.dumps(run_on_loop(redis_produce(args.client, args.messages, args.size,
-                                                   args.batch, args.concurrency))))
+        produce = redis_produce if args.redis_client == "resp" else redis_py_produce
+        print(json.dumps(run_redis_client(produce(args.client, args.messages, args.size,
+                                                  args.batch, args.concurrency))))
         return 0
     if shutil.which(args.redis_server) is None:
         print(f"redis-server not found at {args.redis_server!r}: install Debian's package "
               "(apt-get install -y redis-server) or pass --redis-server PATH", file=sys.stderr)
         return 2
     os.makedirs(args.dir, exist_ok=True)
+    if args.redis_client == "redis-py":
+        redis_py_dir(args.dir)  # installs on first use, outside every measured run's CPU
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = load_average()
     sides = {"tidemq": measure_tidemq, "redis": measure_redis}
@@ -270,12 +352,13 @@ def main() -> int:
     if args.json:
         print(json.dumps({"started": started, "machine": machine_description(),
                           "load_average": [load_before, load_after], "scheduling": scheduling(),
+                          "redis_client": args.redis_client,
                           "runs": runs}))
         return 0
     print(f"\n{started}, {machine_description()}; load average {load_before} -> {load_after}"
           f"; scheduling policy {scheduling()}")
     print(f"{args.messages} x {args.size} B, batches of {args.batch}, {args.concurrency} in "
-          f"flight; median of {args.runs} (runs)")
+          f"flight; Redis client {args.redis_client}; median of {args.runs} (runs)")
     for side in sides:
         rates = [r[side]["msgs_per_s"] for r in runs]
         cpus = [r[side]["server_cpu_us"] for r in runs]
