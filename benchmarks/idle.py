@@ -55,3 +55,46 @@ def main_thread_sched_s(pid: int) -> tuple[float, float]:
     except (OSError, ValueError):
         return 0.0, 0.0
     return int(on_cpu_ns) / 1e9, int(waiting_ns) / 1e9
+
+
+def thread_table(pid: int) -> dict[int, tuple[str, float, int, int]]:
+    """Every thread of process ``pid`` now: {thread id: (name, CPU seconds, voluntary
+    context switches, involuntary ones)} from /proc/<pid>/task (empty when /proc lacks it).
+
+    Voluntary switches count how often a thread went to sleep (each one a wake-up later);
+    involuntary ones how often the scheduler took its core away."""
+    table: dict[int, tuple[str, float, int, int]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return table
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/stat") as stat:
+                head, tail = stat.read().rsplit(")", 1)
+            with open(f"/proc/{pid}/task/{thread}/status") as status:
+                lines = dict(line.split(":", 1) for line in status if ":" in line)
+        except OSError:
+            continue  # the thread ended meanwhile
+        fields = tail.split()
+        # Python 3.11 does not give its threads a kernel name: tell the main one apart.
+        name = head.split("(", 1)[1] + (" (main)" if int(thread) == pid else "")
+        table[int(thread)] = (name, (int(fields[11]) + int(fields[12])) / tick,
+                              int(lines["voluntary_ctxt_switches"]),
+                              int(lines["nonvoluntary_ctxt_switches"]))
+    return table
+
+
+def thread_costs(before: dict, after: dict,
+                 seconds: float) -> list[tuple[str, float, float, float]]:
+    """Per thread alive at the end: (name, CPU share of a core, voluntary and involuntary
+    context switches per second) between two ``thread_table`` snapshots ``seconds`` apart,
+    busiest first."""
+    rows = []
+    for thread, (name, cpu_s, voluntary, involuntary) in after.items():
+        _, cpu_then, voluntary_then, involuntary_then = before.get(thread, (name, 0.0, 0, 0))
+        rows.append((name, (cpu_s - cpu_then) / seconds, (voluntary - voluntary_then) / seconds,
+                     (involuntary - involuntary_then) / seconds))
+    rows.sort(key=lambda row: (-row[1], -row[2]))
+    return rows

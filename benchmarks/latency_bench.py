@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/latency_bench.py [--rate 2000] [--seconds 20]
         [--consumer pull|push] [--flush ASYNC_FLUSH|SYNC_FLUSH] [--concurrency 16]
-        [--queues 8] [--runs 3] [--timeline] [--namesrv HOST:PORT] [--json]
+        [--queues 8] [--runs 3] [--timeline] [--threads] [--namesrv HOST:PORT] [--json]
 
 Starts its own ``tidemq dev`` (fresh store, free loopback ports, ``--flush`` as its
 flushDiskType) unless ``--namesrv`` names a running cluster. Then, each in its own process,
@@ -23,7 +23,9 @@ messages over 2 ms were already over 2 ms at the store (the send side), each pro
 per message and how long its main thread waited for a core (ms per s: the machine's share
 of the tail, not the code's), the host's load average, and with ``--timeline`` a text plot
 of every run: the worst latency of each 100 ms window, one row per second, so a periodic
-stall shows as a column of spikes.
+stall shows as a column of spikes. With ``--threads`` it lists every thread of the three
+processes (the broker's only when it started the broker): its share of a core over the run
+and its wake-ups (voluntary context switches) and preemptions per second.
 
 Standalone roles (``--role producer|consumer``) are how the driver runs the two processes.
 """
@@ -66,7 +68,7 @@ async def _probe_loop_lag(lags: array, period_s: float = 0.005) -> None:
 
 
 async def _produce(args: argparse.Namespace) -> dict:
-    from idle import main_thread_sched_s
+    from idle import main_thread_sched_s, thread_table
     from tidemq import Message, Producer
 
     pad = os.urandom(max(0, args.size - STAMP.size))
@@ -80,6 +82,7 @@ async def _produce(args: argparse.Namespace) -> dict:
         await producer.send(Message(args.topic, STAMP.pack(time.time_ns()) + pad))
         cpu_started = time.process_time()
         waited_before_s = main_thread_sched_s(os.getpid())[1]
+        threads_before = thread_table(os.getpid())
         started = time.perf_counter()
         deadline = started + args.seconds
         next_slot = [started]
@@ -106,12 +109,14 @@ async def _produce(args: argparse.Namespace) -> dict:
         seconds = time.perf_counter() - started
         cpu_s = time.process_time() - cpu_started
         waited_s = main_thread_sched_s(os.getpid())[1] - waited_before_s
+        threads_after = thread_table(os.getpid())
     probe.cancel()
     acks_ms.sort()
     return {"sent": sent[0] + 1, "errors": errors[0], "seconds": seconds,
             "ack_ms_p50": _pick(acks_ms, 0.5), "ack_ms_p99": _pick(acks_ms, 0.99),
             "cpu_us_per_msg": cpu_s / max(1, sent[0]) * 1e6,
-            "run_queue_wait_ms_per_s": waited_s * 1000 / seconds, "loop_lags": lags.tolist()}
+            "run_queue_wait_ms_per_s": waited_s * 1000 / seconds, "loop_lags": lags.tolist(),
+            "threads": [threads_before, threads_after]}
 
 
 async def _consume(args: argparse.Namespace) -> None:
@@ -301,7 +306,7 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
     per message of each process (the broker's when ``broker_pid`` is given) and the load
     average at the end.
     """
-    from idle import main_thread_sched_s, process_cpu_s
+    from idle import main_thread_sched_s, process_cpu_s, thread_costs, thread_table
     topic = f"Latency_{os.getpid()}_{time.monotonic_ns()}"
     tidemq = os.path.join(os.path.dirname(sys.executable), "tidemq")
     subprocess.run([tidemq, "admin", "updateTopic", "-n", namesrv, "-c", "DefaultCluster",
@@ -323,6 +328,7 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
             raise RuntimeError(f"consumer did not get ready (said {line!r})")
         broker_cpu_s = process_cpu_s(broker_pid) if broker_pid is not None else 0.0
         waits_before = {name: main_thread_sched_s(pid)[1] for name, pid in watched.items()}
+        threads_before = {name: thread_table(pid) for name, pid in watched.items()}
         producer_started = time.monotonic()
         producer = subprocess.run(
             [*me, "--role", "producer", "--rate", str(rate), "--seconds", str(seconds),
@@ -330,6 +336,11 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
             check=True, capture_output=True, text=True, timeout=seconds + 120)
         sent = json.loads(producer.stdout.strip().splitlines()[-1])
         producer_s = time.monotonic() - producer_started
+        thread_rows = {name: thread_costs(threads_before[name], thread_table(pid), producer_s)
+                       for name, pid in watched.items()}
+        thread_rows["producer"] = thread_costs(
+            *({int(k): tuple(v) for k, v in table.items()} for table in sent.pop("threads")),
+            sent["seconds"])
         run_queue_waits = {
             f"{name}_run_queue_wait_ms_per_s":
                 (main_thread_sched_s(pid)[1] - waits_before[name]) * 1000 / producer_s
@@ -357,6 +368,7 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
                                                      len(result["window_max_ms"]))
     result.update({f"producer_{k}": v for k, v in sent.items()})
     result.update(run_queue_waits)
+    result["threads"] = thread_rows
     result["load_average"] = load_average()
     return result
 
@@ -388,7 +400,20 @@ def run_all(args: argparse.Namespace) -> dict:
             "size": args.size, "median": figures, "runs": runs}
 
 
-def print_report(result: dict, timeline: bool) -> None:
+def threads_text(run: dict) -> str:
+    """Every thread of the three processes over the run: its share of a core and how often a
+    second it went to sleep (voluntary switches: each one a wake-up) or lost its core."""
+    lines = ["  process   thread                     CPU %   wake-ups/s  preempted/s"]
+    for process, rows in run["threads"].items():
+        for name, share, voluntary, involuntary in rows:
+            if share < 0.0005 and voluntary < 0.5:
+                continue  # idle all run
+            lines.append(f"  {process:<9} {name:<24} {share * 100:6.1f} {voluntary:11.0f} "
+                         f"{involuntary:11.0f}")
+    return "\n".join(lines)
+
+
+def print_report(result: dict, timeline: bool, threads: bool = False) -> None:
     print(f"latency bench: {result['rate']:g} msg/s offered for {result['seconds']:g} s, "
           f"{result['size']} B, {result['consumer']} consumer, {result['flush']}, "
           f"{result['queues']} queues, producer concurrency {result['concurrency']}")
@@ -407,6 +432,8 @@ def print_report(result: dict, timeline: bool) -> None:
               f"{run['consumer_run_queue_wait_ms_per_s']:.0f}; load {run['load_average']}")
         if timeline:
             print(timeline_text(run))
+        if threads:
+            print(threads_text(run))
     median = result["median"]
     print(f"median of {len(result['runs'])}: p50 {median['p50']:.2f} ms, p99 "
           f"{median['p99']:.2f} ms, p999 {median['p999']:.2f} ms, max {median['max']:.1f} ms")
@@ -424,6 +451,8 @@ def main() -> int:
     parser.add_argument("--pull-batch", type=int, default=32)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--timeline", action="store_true")
+    parser.add_argument("--threads", action="store_true",
+                        help="print each thread's CPU and wake-ups per second over the run")
     parser.add_argument("--namesrv")
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
     parser.add_argument("--json", action="store_true")
@@ -444,7 +473,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print_report(result, args.timeline)
+        print_report(result, args.timeline, args.threads)
     return 0
 
 

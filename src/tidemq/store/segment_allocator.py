@@ -13,7 +13,11 @@ Pacing: the log reports how far its current segment is written (``note_written``
 thread warms the spare no further than that plus ``WARM_LEAD_FRACTION`` of a segment: a
 segment's warming is spread over the writing of the one before (its cost comes with the bytes
 written, not as one burst of a core for seconds, 128 MiB at most), and ends that far before the
-log needs it; the lead is the thread's slack when it shares busy cores.
+log needs it; the lead is the thread's slack when it shares busy cores. While it is that far
+ahead the thread sleeps until the log's writing reaches the point where its next chunk may
+go (``note_written`` wakes it then, one comparison per append otherwise), not on a timer: a
+broker that writes slowly or not at all does not wake it (a 100 Hz poll did, 60-100 times a
+second, each wake-up a grab of the GIL and a core on a shared machine).
 
 Protocol (no byte of a segment is ever written by both threads):
 - ``request(offset)``: the log will want the segment starting at ``offset`` next;
@@ -42,8 +46,8 @@ WARM_CHUNK_BYTES = 1 << 20
 _ZEROS = bytes(WARM_CHUNK_BYTES)
 # How far (a fraction of a segment) warming runs ahead of the log's writing.
 WARM_LEAD_FRACTION = 1 / 8
-# While warming is that far ahead, the thread looks again this often.
-PACE_POLL_S = 0.01
+# No wake-up is wanted: note_written compares every position against this.
+_NEVER = 1 << 62
 
 
 class SegmentAllocator:
@@ -60,6 +64,11 @@ class SegmentAllocator:
         self._stopping = threading.Event()
         # How far the log's current segment is written (note_written); read by the thread.
         self._written = 0
+        # The thread waits on _resume until the log's writing reaches _resume_at (note_written
+        # sets it then); request, take, discard and close set it too, so a wait ends when the
+        # spare it paces is no longer wanted.
+        self._resume = threading.Event()
+        self._resume_at = _NEVER
         # Bytes of the spare warmed so far (for tests and diagnostics).
         self.warmed_bytes = 0
         self._thread = threading.Thread(
@@ -78,10 +87,14 @@ class SegmentAllocator:
                 return
             self._wanted = file_from_offset
             self._condition.notify()
+        self._resume.set()
 
     def note_written(self, position: int) -> None:
         """The log's current segment is written up to ``position`` (module docstring)."""
         self._written = position
+        if position >= self._resume_at:
+            self._resume_at = _NEVER
+            self._resume.set()
 
     def take(self, file_from_offset: int) -> MappedFile | None:
         """The prepared segment for ``file_from_offset``, or None (then create it yourself).
@@ -94,6 +107,7 @@ class SegmentAllocator:
             while self._preparing == file_from_offset:
                 self._condition.wait()
             spare, self._spare = self._spare, None
+        self._resume.set()
         if spare is None:
             return None
         with self._warm_lock:
@@ -111,6 +125,7 @@ class SegmentAllocator:
             while self._preparing is not None:
                 self._condition.wait()
             spare, self._spare = self._spare, None
+        self._resume.set()
         if spare is not None:
             with self._warm_lock:
                 pass  # the chunk in flight, if any, is done
@@ -121,6 +136,7 @@ class SegmentAllocator:
         with self._condition:
             self._stopping.set()
             self._condition.notify()
+        self._resume.set()
         if self._thread.is_alive():
             self._thread.join()
         spare = self.take(-1)
@@ -170,9 +186,7 @@ class SegmentAllocator:
         try:
             lead = int(self.file_size * WARM_LEAD_FRACTION)
             for position in range(0, self.file_size, WARM_CHUNK_BYTES):
-                while (position >= self._written + lead and self._spare is mapped
-                       and not self._stopping.wait(PACE_POLL_S)):
-                    pass  # ahead of the log's writing: wait for it
+                self._wait_for_log(position - lead, mapped)
                 with self._warm_lock:
                     if self._spare is not mapped or self._stopping.is_set():
                         return
@@ -184,3 +198,15 @@ class SegmentAllocator:
         finally:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+    def _wait_for_log(self, position: int, mapped: MappedFile) -> None:
+        # Sleep until the log's writing passes ``position``, the spare stops being ``mapped``
+        # or the allocator stops. Clear, then publish the mark, then look: a note_written
+        # after the look finds the mark and sets the event, one before it is seen by the look.
+        while self._written <= position and self._spare is mapped and not self._stopping.is_set():
+            self._resume.clear()
+            self._resume_at = position + 1
+            if self._written > position or self._spare is not mapped or self._stopping.is_set():
+                break
+            self._resume.wait()
+        self._resume_at = _NEVER

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+
+import pytest
 
 from tidemq.store.segment_allocator import WARM_CHUNK_BYTES, SegmentAllocator
 
@@ -56,3 +60,37 @@ def test_a_spare_waiting_for_the_log_is_taken_and_closed_at_once(tmp_path):
     allocator.close()  # returns though the warming waits for the log; the spare is deleted
     assert not (tmp_path / f"{FILE_SIZE:020d}").exists()
     spare.close()
+
+
+def _voluntary_switches(thread_id: int) -> int:
+    with open(f"/proc/self/task/{thread_id}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches line")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"),
+                    reason="counts wake-ups from Linux /proc")
+def test_warming_ahead_of_an_idle_log_sleeps_until_the_log_writes(tmp_path):
+    # A broker that writes nothing must not wake the thread: each wake-up takes a core and
+    # the GIL from a busy event loop (it polled 100 times a second).
+    allocator = SegmentAllocator(str(tmp_path), FILE_SIZE)
+    allocator.start()
+    try:
+        allocator.note_written(0)
+        allocator.request(FILE_SIZE)
+        wait_until(lambda: allocator.warmed_bytes == LEAD)
+        (thread,) = [t for t in threading.enumerate() if t.name == "tidemq-segment-allocator"]
+        before = _voluntary_switches(thread.native_id)
+        time.sleep(0.3)
+        assert _voluntary_switches(thread.native_id) - before <= 2
+        allocator.note_written(0)  # no progress: no chunk more
+        time.sleep(0.05)
+        assert allocator.warmed_bytes == LEAD
+        allocator.note_written(1)  # the log moved: the next chunk is due, and only that one
+        wait_until(lambda: allocator.warmed_bytes == LEAD + WARM_CHUNK_BYTES)
+        time.sleep(0.05)
+        assert allocator.warmed_bytes == LEAD + WARM_CHUNK_BYTES
+    finally:
+        allocator.close()
