@@ -53,6 +53,43 @@ def test_no_response_in_time_raises_remoting_timeout_and_the_connection_stays_us
     assert connection_after is connection_before
 
 
+def test_each_request_times_out_on_its_own_deadline_whatever_the_order_sent(run):
+    # One connection's requests share one expiry timer (connection.py): a short timeout
+    # sent after a long one must still fire first, answered requests never time out, and
+    # the long one keeps waiting until it is answered.
+    async def main():
+        release = asyncio.Event()
+
+        async def held(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+            await release.wait()
+            return await echo(request, connection)
+
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            server.register(SILENT, never_answer)
+            server.register(ECHO, held)
+            server.register(RequestCode.HEART_BEAT, echo)
+            long = asyncio.ensure_future(
+                client.invoke(address(server), RemotingCommand.request(ECHO), 60_000))
+            answered = [await client.invoke(address(server),
+                                            RemotingCommand.request(RequestCode.HEART_BEAT),
+                                            timeout_ms=30)
+                        for _ in range(3)]
+            short = RemotingCommand.request(SILENT)
+            with pytest.raises(RemotingTimeout) as timeout:
+                await client.invoke(address(server), short, timeout_ms=50)
+            second = RemotingCommand.request(SILENT)
+            with pytest.raises(RemotingTimeout):
+                await client.invoke(address(server), second, timeout_ms=40)
+            assert not long.done()
+            release.set()
+            return answered, timeout.value, short, await long
+
+    answered, error, short, long = run(main())
+    assert all(response.code == ResponseCode.SUCCESS for response in answered)
+    assert f"opaque={short.opaque}" in str(error) and "50 ms" in str(error)
+    assert long.code == ResponseCode.SUCCESS
+
+
 def test_late_response_after_a_timeout_is_dropped(run):
     async def main():
         async def slow(request: RemotingCommand, connection: Connection) -> RemotingCommand:
