@@ -44,7 +44,7 @@ DEV_NAMESRV_PORT_KEY = "namesrvPort"
 DEV_DEFAULT_NAMESRV_PORT = 9876
 # tidemq dev's commit-log segment (a broker's default is RocketMQ's 1 GiB). A segment's disk is
 # reserved whole when it is made (a full disk then fails cleanly, see store/mapped_file.py)
-# and the next one is prepared ahead (warmMapedFileEnable), so a first start holds two
+# and, with warmMapedFileEnable, the next one is prepared ahead, so a store may hold two
 # segments: 2 x 64 MiB plus the 20 MB index keeps it under 200 MB, and 64 MiB still holds
 # the largest message (4 MiB) many times. Give --mappedFileSizeCommitLog to change it.
 DEV_COMMIT_LOG_SEGMENT_BYTES = 64 * 1024 * 1024

@@ -77,11 +77,13 @@ class StoreConfig:
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
     check_crc_on_recover: bool = True
-    # Write zeros over the next commit-log segment on a background thread, so appends do not
-    # pay a page fault per 4 KiB with the GIL held (see segment_allocator.py). RocketMQ's
-    # warmMapedFileEnable defaults to false; in Python the fault costs more than the encoding.
+    # Write zeros over the next commit-log segment on a background thread (see
+    # segment_allocator.py). Off by default, as in RocketMQ: appends are pwrites, which fill
+    # new page-cache pages cheaply, while the zeros cost a second write of every segment
+    # (~3-5 us of broker CPU per 1 KiB message, on the core the producers need; batch
+    # produce ran faster without it under both flush types, benchmarks/RESULTS.md).
     warm_mapped_file_enable: bool = field(
-        default=True,
+        default=False,
         metadata={"key": "warmMapedFileEnable", "aliases": ("warmMappedFileEnable",)},
     )
     # brokerIP1:listenPort; written into every record's STOREHOST and every offset msg id.

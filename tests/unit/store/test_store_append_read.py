@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from store_helpers import SEGMENT_SIZE, message
 
 from tidemq.protocol.message import decode_record, decode_records
 from tidemq.protocol.msgid import decode_offset_msg_id
+from tidemq.store.config import StoreConfig
+from tidemq.store.file_store import FileMessageStore
 from tidemq.store.interface import GetStatus, PutStatus
 
 TOPIC = "Orders"
@@ -54,6 +58,19 @@ def test_round_trip_across_segment_rolls_with_an_exact_fill(store):
     for m in messages:
         record = store.read_message(m.physical_offset)
         assert decode_record(record).body == m.body
+
+
+def test_rolls_take_the_warmed_spare_segment_when_warming_is_turned_on(config):
+    # Warming is off by default (as in RocketMQ); turned on, the log's next segments come
+    # from the allocator thread, zeroed, and hold exactly what was appended.
+    warmed = dataclasses.replace(config, warm_mapped_file_enable=True)
+    with FileMessageStore(warmed) as store:
+        assert store._allocator is not None
+        test_round_trip_across_segment_rolls_with_an_exact_fill(store)
+
+
+def test_warming_is_off_by_default():
+    assert StoreConfig().warm_mapped_file_enable is False
 
 
 def test_batch_append_assigns_consecutive_queue_offsets_in_one_pass(store):

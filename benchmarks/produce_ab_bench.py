@@ -1,0 +1,167 @@
+"""Batch produce, A/B: where the broker's CPU per message goes, variant against variant.
+
+    .venv/bin/python benchmarks/produce_ab_bench.py [--runs 3] [--messages 400000]
+        [--warmup 100000] --variant NAME=SRC[,--key,value...] [--variant ...] [--json]
+
+Each ``--variant`` is a source tree and ``tidemq dev`` arguments: ``SRC`` is ``.`` for this
+checkout or another tree's ``src/`` folder (``git archive <commit> src | tar -x -C
+/tmp/before`` then ``before=/tmp/before/src``); what follows each comma is passed to
+``tidemq dev`` (``nowarm=.,--warmMapedFileEnable,true``). With no ``--variant`` it measures
+this checkout alone (``A=.``).
+
+Each run starts a fresh ``tidemq dev`` (ASYNC_FLUSH unless a variant says otherwise) per
+variant in turn, rotating the order from run to run; sends ``--warmup`` messages to another
+topic (the first touches of the index and the queues are not measured), waits until the
+broker is idle, then times ``tidemq bench produce`` of ``--messages`` 1 KiB messages, 64 per
+request, 16 requests in flight. Printed per run and as medians per variant: msg/s, and per
+message the broker's CPU (all threads), its main thread's (the event loop: user and system
+apart), the other threads' together, the broker's minor page faults, and the client's CPU.
+The CPU figures are the steady ones on a shared machine; compare variants within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+from broker_bench import DevServer, bench
+from idle import wait_process_idle
+from latency_bench import load_average
+from store_bench import machine_description
+
+TOPIC = "ProduceAB"
+WARMUP_TOPIC = "ProduceABWarmup"
+
+
+def parse_variant(text: str) -> tuple[str, str | None, list[str]]:
+    """``NAME=SRC[,arg...]`` -> (name, src or None for this checkout, dev arguments)."""
+    name, sep, rest = text.partition("=")
+    if not sep or not name:
+        raise SystemExit(f"--variant {text!r}: expected NAME=SRC[,--key,value...]")
+    src, *dev_args = rest.split(",")
+    return name, None if src in ("", ".") else os.path.abspath(src), dev_args
+
+
+def main_thread_stat(pid: int) -> tuple[float, float, int]:
+    """(user s, system s, minor faults) of process ``pid``'s main thread so far."""
+    return _stat(f"/proc/{pid}/task/{pid}/stat")
+
+
+def process_stat(pid: int) -> tuple[float, float, int]:
+    """(user s, system s, minor faults) of process ``pid`` (all threads) so far."""
+    return _stat(f"/proc/{pid}/stat")
+
+
+def _stat(path: str) -> tuple[float, float, int]:
+    with open(path) as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick, int(fields[7])
+
+
+def measure(work_dir: str, src: str | None, dev_args: list[str], messages: int,
+            warmup: int) -> dict:
+    """One timed produce against a fresh ``tidemq dev`` of ``src`` with ``dev_args``."""
+    previous = os.environ.get("PYTHONPATH")
+    if src is not None:
+        os.environ["PYTHONPATH"] = src
+    try:
+        server = DevServer(work_dir, extra_args=dev_args)
+    finally:
+        if previous is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = previous
+    pid = server.process.pid
+    try:
+        wait_process_idle(pid)
+        if warmup:
+            bench(server.namesrv, "produce", "-t", WARMUP_TOPIC, "-b", "64", "-c", "16",
+                  "--count", str(warmup))
+            wait_process_idle(pid)
+        main_before, all_before = main_thread_stat(pid), process_stat(pid)
+        summary = bench(server.namesrv, "produce", "-t", TOPIC, "-b", "64", "-c", "16",
+                        "--count", str(messages))
+        main_after, all_after = main_thread_stat(pid), process_stat(pid)
+    finally:
+        server.stop()
+    count = summary["messages"]
+
+    def per_message_us(seconds: float) -> float:
+        return seconds / count * 1e6
+
+    main_user = main_after[0] - main_before[0]
+    main_system = main_after[1] - main_before[1]
+    broker = sum(all_after[:2]) - sum(all_before[:2])
+    return {
+        "msgs_per_s": summary["msgs_per_s"],
+        "broker_cpu_us": per_message_us(broker),
+        "main_cpu_us": per_message_us(main_user + main_system),
+        "main_user_us": per_message_us(main_user),
+        "main_system_us": per_message_us(main_system),
+        "other_threads_us": per_message_us(broker - main_user - main_system),
+        "minor_faults": (all_after[2] - all_before[2]) / count,
+        # The client's own figure (tidemq bench's cpu_s) leaves out its start-up.
+        "client_cpu_us": per_message_us(summary.get("cpu_s") or summary["client_cpu_s"]),
+    }
+
+
+COLUMNS = (("msgs_per_s", "msg/s", "{:,.0f}"), ("broker_cpu_us", "broker", "{:.2f}"),
+           ("main_cpu_us", "main", "{:.2f}"), ("main_user_us", "usr", "{:.2f}"),
+           ("main_system_us", "sys", "{:.2f}"), ("other_threads_us", "others", "{:.2f}"),
+           ("minor_faults", "faults", "{:.3f}"), ("client_cpu_us", "client", "{:.2f}"))
+
+
+def describe(figures: dict) -> str:
+    return " | ".join(f"{label} {fmt.format(figures[key])}" for key, label, fmt in COLUMNS)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=400_000)
+    parser.add_argument("--warmup", type=int, default=100_000)
+    parser.add_argument("--variant", action="append", default=[],
+                        help="NAME=SRC[,--key,value...]: SRC is . or another tree's src/")
+    parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    variants = [parse_variant(text) for text in args.variant or ["A=."]]
+    os.makedirs(args.dir, exist_ok=True)
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load_before = load_average()
+    runs: list[dict[str, dict]] = []
+    for run in range(args.runs):
+        shift = run % len(variants)
+        figures: dict[str, dict] = {}
+        for name, src, dev_args in variants[shift:] + variants[:shift]:
+            work_dir = tempfile.mkdtemp(prefix="produce-ab-", dir=args.dir)
+            try:
+                figures[name] = measure(work_dir, src, dev_args, args.messages, args.warmup)
+            finally:
+                shutil.rmtree(work_dir, ignore_errors=True)
+            if not args.json:
+                print(f"run {run + 1} {name:10s} {describe(figures[name])}", flush=True)
+        runs.append(figures)
+    load_after = load_average()
+    if args.json:
+        print(json.dumps({"started": started, "machine": machine_description(),
+                          "load_average": [load_before, load_after], "runs": runs}))
+        return 0
+    print(f"\n{started}, {machine_description()}; load average {load_before} -> {load_after}")
+    print(f"{args.messages} x 1 KiB, batches of 64, 16 in flight; CPU in us per message; "
+          f"median of {args.runs} runs")
+    for name, _, _ in variants:
+        medians = {key: statistics.median(r[name][key] for r in runs) for key, _, _ in COLUMNS}
+        print(f"{name:10s} {describe(medians)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
