@@ -319,9 +319,14 @@ class RequestDispatcher:
                 groups.append(group)
             group.add(request)
         loop = connection._loop
-        for group in groups:  # in order: tasks start in the order they are created
+        last = len(groups) - 1
+        for position, group in enumerate(groups):  # in order: tasks start as created
+            # Only the read's last group sends what is corked at once: the earlier groups'
+            # responses go out with it, in one write, instead of a write (and a wake-up of
+            # the peer) per group; a response still waiting on its group (a SYNC_FLUSH wait)
+            # leaves with the cork at the end of its loop iteration.
             task = loop.create_task(_serve_group(group.route, group.requests, connection,
-                                                 self._observer))
+                                                 self._observer, position == last))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -459,7 +464,7 @@ def _serve_now(route: _Route, request: RemotingCommand, connection: Connection,
 
 async def _serve_group(
     route: _Route, requests: list[RemotingCommand], connection: Connection,
-    observer: RequestObserver | None = None,
+    observer: RequestObserver | None = None, flush: bool = True,
 ) -> None:
     started = time.perf_counter() if observer is not None else 0.0
     try:
@@ -487,8 +492,9 @@ async def _serve_group(
         if observer is not None:
             _observe_group(observer, requests, responses, time.perf_counter() - started)
         # Out now, not at the end of the loop iteration: the peer works on these responses
-        # while the next group is served (GROUP_REQUESTS_MAX).
-        connection._flush()
+        # while the next read's groups are served (GROUP_REQUESTS_MAX).
+        if flush:
+            connection._flush()
     finally:
         route.pending -= len(requests)
         for _ in requests:

@@ -91,6 +91,42 @@ def test_large_request_bodies_close_a_group_early(run):
     assert all(len(call) == 1 for call in calls)
 
 
+def test_the_responses_to_several_groups_of_one_read_leave_in_one_write(run, monkeypatch):
+    # Three large requests in one read make three groups; their responses are corked and
+    # sent together by the last group (one write, one wake-up of the peer), not one each.
+    flushes: list[int] = []
+    flush = Connection._flush
+
+    def counting_flush(connection: Connection) -> None:
+        if connection._corked is not None:
+            flushes.append(len(connection._corked))
+        flush(connection)
+
+    monkeypatch.setattr(Connection, "_flush", counting_flush)
+    calls: list[list[int]] = []
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(SEND, echo, group_handler=group_echo(calls))
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.bound_ports[0])
+            async with asyncio.timeout(10):
+                while not server.connections:
+                    await asyncio.sleep(0.01)
+            requests = requests_numbered(3, b"x" * 40 * 1024)
+            # The server's side of the connection gets all three in one read.
+            server.connections[0].data_received(
+                b"".join(request.encode() for request in requests))
+            responses = [await asyncio.wait_for(read_command(reader), 10) for _ in requests]
+            writer.close()
+            await writer.wait_closed()
+            return responses
+
+    responses = run(main())
+    assert [response.code for response in responses] == [ResponseCode.SUCCESS] * 3
+    assert calls == [[0], [1], [2]]
+    assert len(flushes) == 1, flushes
+
+
 def test_a_lone_request_goes_to_the_plain_handler(run):
     calls: list[list[int]] = []
     singles: list[int] = []
