@@ -1,7 +1,7 @@
 """CPU per message on the low-rate path, one message at a time (a deterministic shape):
 
     .venv/bin/python benchmarks/request_cost_bench.py [--cycles 2000] [--runs 3]
-        [--flush ASYNC_FLUSH|SYNC_FLUSH] [--json]
+        [--flush ASYNC_FLUSH|SYNC_FLUSH] [--consumer raw|pull] [--json]
 
 At 2,000 msg/s every request reaches the broker alone, so what a message costs is the fixed
 cost of its requests, not of its bytes: the send, the re-run of the long poll it wakes, and
@@ -10,7 +10,8 @@ there how many messages share a request depends on the scheduling of the run (a 
 batches more and costs less per message). Here each cycle is exactly those three requests:
 
 1. one 1 KiB message is sent (``Producer.send``, one queue) and its acknowledgement awaited;
-2. the pull parked for it (PULL_MESSAGE with SUSPEND, a raw request) is answered;
+2. the pull parked for it (PULL_MESSAGE with SUSPEND, a raw request; with ``--consumer
+   pull`` tidemq's PullConsumer, assigned the queue and waiting in ``poll``) is answered;
 3. the next pull is written, and after a short pause (0.3 ms: it reaches the broker and
    parks) the next cycle starts.
 
@@ -55,8 +56,9 @@ def main_thread_cpu_ns(pid: int) -> int:
         return 0
 
 
-async def _cycles(namesrv: str, address: str, broker_pid: int, cycles: int) -> dict:
-    from tidemq import Message, Producer
+async def _cycles(namesrv: str, address: str, broker_pid: int, cycles: int,
+                  consumer_kind: str = "raw") -> dict:
+    from tidemq import Message, Producer, PullConsumer
     from tidemq.protocol.codes import RequestCode
     from tidemq.protocol.command import RemotingCommand
     from tidemq.remoting.client import RemotingClient
@@ -82,7 +84,15 @@ async def _cycles(namesrv: str, address: str, broker_pid: int, cycles: int) -> d
                     next_offset = int(response.ext_fields["nextBeginOffset"])
                     answered.set()
 
-        consumer = asyncio.ensure_future(consume())
+        async def poll() -> None:
+            async with PullConsumer(GROUP, namesrv, auto_commit=False) as pull_consumer:
+                pull_consumer.assign([queue])
+                await pull_consumer.seek(queue, next_offset)
+                while True:
+                    if await pull_consumer.poll(PULL_SUSPEND_MS):
+                        answered.set()
+
+        consumer = asyncio.ensure_future(consume() if consumer_kind == "raw" else poll())
         try:
             figures: dict = {}
             for count, measured in ((WARM_UP_CYCLES, False), (cycles, True)):
@@ -109,7 +119,7 @@ async def _cycles(namesrv: str, address: str, broker_pid: int, cycles: int) -> d
             await client.close()
 
 
-def run_once(flush: str, cycles: int, work_root: str | None) -> dict:
+def run_once(flush: str, cycles: int, work_root: str | None, consumer_kind: str = "raw") -> dict:
     """One run against a fresh ``tidemq dev``: the figures of ``cycles`` measured cycles."""
     from tidemq.remoting.loop import run as run_on_loop
 
@@ -121,7 +131,7 @@ def run_once(flush: str, cycles: int, work_root: str | None) -> dict:
                        check=True, capture_output=True, timeout=60)
         wait_process_idle(server.process.pid)
         figures = run_on_loop(_cycles(server.namesrv, f"127.0.0.1:{server.broker_port}",
-                                      server.process.pid, cycles))
+                                      server.process.pid, cycles, consumer_kind))
     finally:
         server.stop()
         shutil.rmtree(work_dir, ignore_errors=True)
@@ -135,10 +145,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH")
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
+    parser.add_argument("--consumer", choices=("raw", "pull"), default="raw",
+                        help="the consumer: raw PULL_MESSAGE requests or tidemq's PullConsumer")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
-    runs = [run_once(args.flush, args.cycles, args.dir) for _ in range(args.runs)]
+    runs = [run_once(args.flush, args.cycles, args.dir, args.consumer) for _ in range(args.runs)]
     keys = ("broker_main_thread_us_per_cycle", "broker_process_us_per_cycle",
             "client_us_per_cycle")
     median = {key: statistics.median(run[key] for run in runs) for key in keys}
@@ -147,7 +159,7 @@ def main() -> int:
                           "runs": runs}))
         return 0
     print(f"request cost bench: {args.cycles} cycles of send + woken pull + parked pull, "
-          f"1 KiB, {args.flush}")
+          f"1 KiB, {args.flush}, {args.consumer} consumer")
     for number, run in enumerate(runs):
         print(f"run {number}: broker main thread {run[keys[0]]:.0f} us/cycle, broker process "
               f"{run[keys[1]]:.0f}, client {run[keys[2]]:.0f}; load {run['load_average']}")

@@ -154,6 +154,9 @@ class ClientInstance:
         self._refreshing: dict[str, asyncio.Task[TopicRouteData | None]] = {}
         self.started = False
         self.closed = False
+        # The event loop start() ran on, for the per-request paths: asyncio's running-loop
+        # lookup costs a getpid system call on Python 3.11, several per message otherwise.
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -162,7 +165,7 @@ class ClientInstance:
         if self.started:
             return
         self.started = True
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(
             self._every(self.poll_name_server_interval_ms, self.refresh_all_routes,
                         "route refresh")))

@@ -498,7 +498,7 @@ class Producer(ClientLifecycle):
         selector: QueueSelector | None,
         timeout_ms: int | None,
     ) -> SendResult:
-        loop = asyncio.get_running_loop()
+        loop = self._instance.loop or asyncio.get_running_loop()
         budget_s = (timeout_ms if timeout_ms is not None else self.send_timeout_ms) / 1000
         deadline = loop.time() + budget_s
         info = self._publish.get(topic)

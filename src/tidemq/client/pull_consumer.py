@@ -537,7 +537,7 @@ class PullConsumer(ClientLifecycle):
         self._check_running()
         if self._mode is None:
             raise InvalidSubscription("nothing to poll: call subscribe() or assign() first")
-        loop = asyncio.get_running_loop()
+        loop = self._instance.loop or asyncio.get_running_loop()  # no getpid (3.11)
         deadline = loop.time() + max(0, timeout_ms) / 1000
         while True:
             messages = self._drain(self.max_poll_records)
@@ -702,7 +702,8 @@ class PullConsumer(ClientLifecycle):
                    long_poll: bool) -> tuple[int, asyncio.Task[PullResult]]:
         """Start a pull of ``state``'s queue at ``offset`` (long polling only for the pull
         at the fetch position: a pull ahead goes below the known max offset)."""
-        pull = asyncio.get_running_loop().create_task(self._pull_for(state, offset, long_poll))
+        loop = self._instance.loop or asyncio.get_running_loop()  # no getpid (3.11)
+        pull = loop.create_task(self._pull_for(state, offset, long_poll))
         return offset, pull
 
     async def _pull_for(self, state: _QueueState, offset: int, long_poll: bool) -> PullResult:

@@ -147,10 +147,14 @@ class RemotingClient:
             RemotingTimeout: no response within ``timeout_ms``.
             RemotingClosed: the connection closed before the response arrived.
         """
-        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
         connection = self._connections.get(addr)
-        if connection is None or connection.is_closing:
-            connection = await self.get_connection(addr, min(self.connect_timeout_ms, timeout_ms))
+        if connection is not None and not connection.is_closing:
+            # The connection's loop, not asyncio.get_running_loop(): on Python 3.11 every
+            # running-loop lookup is a getpid system call, and this runs once per request.
+            return await connection._request(
+                command, connection._loop.time() + timeout_ms / 1000, timeout_ms)
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        connection = await self.get_connection(addr, min(self.connect_timeout_ms, timeout_ms))
         return await connection._request(command, deadline, timeout_ms)
 
     async def invoke_oneway(
