@@ -104,6 +104,41 @@ def test_parked_pull_is_answered_not_found_at_its_timeout(make_broker, serve):
     asyncio.run(main())
 
 
+def test_parked_pulls_end_at_their_own_timeouts_with_shared_deadline_timers(make_broker,
+                                                                           serve):
+    # Deadlines share timers by slot (pull_hold_service.py): pulls in one slot both end at
+    # its end, a long one parked beside them still waits, and a woken pull is answered by
+    # its message.
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+
+    async def main():
+        async with serve(broker) as link:
+            broker.store.put_message(message())
+            woken = start_pull(link, pull_request(1, suspend_ms=60_000))
+            await wait_until(lambda: hold.parked_count == 1, "the first pull parked")
+            broker.store.put_message(message(body=b"new"))
+            async with asyncio.timeout(WAIT_BOUND_S):
+                first = await woken
+            short = start_pull(link, pull_request(2, suspend_ms=30))
+            same_slot = start_pull(link, pull_request(2, suspend_ms=31))
+            long = start_pull(link, pull_request(2, suspend_ms=60_000))
+            async with asyncio.timeout(WAIT_BOUND_S):
+                ended = [await short, await same_slot]
+            assert not long.done() and hold.parked_count == 1
+            broker.store.put_message(message(body=b"last"))
+            async with asyncio.timeout(WAIT_BOUND_S):
+                last = await long
+            return first, ended, last
+
+    first, ended, last = asyncio.run(main())
+    assert first.code == ResponseCode.SUCCESS
+    assert [m.body for m in iter_records(first.body)] == [b"new"]
+    assert [response.code for response in ended] == [ResponseCode.PULL_NOT_FOUND] * 2
+    assert [m.body for m in iter_records(last.body)] == [b"last"]
+    assert hold.parked_count == 0
+
+
 def test_short_polling_holds_for_short_polling_time_instead(make_broker, serve):
     broker = broker_with_topic(make_broker, long_polling_enable=False, short_polling_time_ms=20)
 
