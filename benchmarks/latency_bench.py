@@ -296,6 +296,32 @@ def timeline_text(run: dict) -> str:
     return "\n".join(lines)
 
 
+# Creating the run's topic is retried this long: on a loaded machine a fresh ``tidemq dev``
+# listens before its broker has registered with the name server, and the admin's 3 s
+# request timeout can pass; one failed create ended the whole benchmark.
+TOPIC_CREATE_BOUND_S = 60.0
+
+
+def _create_topic(tidemq: str, namesrv: str, topic: str, queues: int) -> None:
+    """``tidemq admin updateTopic`` until it succeeds or TOPIC_CREATE_BOUND_S passes.
+
+    Raises:
+        RuntimeError: it never succeeded; carries the admin's last output.
+    """
+    deadline = time.monotonic() + TOPIC_CREATE_BOUND_S
+    while True:
+        done = subprocess.run([tidemq, "admin", "updateTopic", "-n", namesrv, "-c",
+                               "DefaultCluster", "-t", topic, "-r", str(queues), "-w",
+                               str(queues)], capture_output=True, text=True, timeout=60)
+        if done.returncode == 0:
+            return
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"could not create topic {topic} at {namesrv} within "
+                               f"{TOPIC_CREATE_BOUND_S:g} s; the admin said: "
+                               f"{(done.stderr or done.stdout).strip()[-500:]}")
+        time.sleep(0.5)
+
+
 def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float = 20,
             consumer_kind: str = "pull", concurrency: int = 16, queues: int = 8,
             size: int = 1024, pull_batch: int = 32, broker_pid: int | None = None) -> dict:
@@ -309,9 +335,7 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
     from idle import main_thread_sched_s, process_cpu_s, thread_costs, thread_table
     topic = f"Latency_{os.getpid()}_{time.monotonic_ns()}"
     tidemq = os.path.join(os.path.dirname(sys.executable), "tidemq")
-    subprocess.run([tidemq, "admin", "updateTopic", "-n", namesrv, "-c", "DefaultCluster",
-                    "-t", topic, "-r", str(queues), "-w", str(queues)],
-                   check=True, capture_output=True, timeout=60)
+    _create_topic(tidemq, namesrv, topic, queues)
     me = [sys.executable, os.path.abspath(__file__), "--namesrv", namesrv, "--topic", topic,
           "--size", str(size), "--pull-batch", str(pull_batch)]
     out = os.path.join(work_dir, f"samples_{topic}.bin")
