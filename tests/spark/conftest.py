@@ -32,6 +32,13 @@ from tidemq import sync
 from tidemq.client.message import Message
 
 CLUSTER_NAME = "DefaultCluster"
+# pytest-timeout's bound (300 s, pyproject.toml) covers a test's setup too, and the first test
+# of each Spark unit (tests/suite_scheduling.py) sets up the session's SparkSession and
+# cluster: 137 and 166 s at a load average of 12, after which a driver-crash test's own
+# bounded waits (a child driver, then the restarted query) ran past 300 s. A timeout inside a
+# py4j call also leaves the session's gateway answering the wrong calls, failing every later
+# test of the unit; so Spark tests get a bound that a busy machine stays under.
+SPARK_TEST_TIMEOUT_S = 600
 BROKER_NAMES = ("broker-a", "broker-b")
 QUEUES_PER_BROKER = 4
 
@@ -51,6 +58,13 @@ def _load_server_fixtures() -> Any:
 
 servers = _load_server_fixtures()
 wait_until = servers.wait_until
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Spark tests without a timeout mark of their own get SPARK_TEST_TIMEOUT_S."""
+    for item in items:
+        if item.get_closest_marker("spark") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SPARK_TEST_TIMEOUT_S))
 
 
 @dataclass

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from crashing_sink import PGID_ENV, CrashingTidemq
 from spark_session import build_spark_session
+from streaming_queries import run_until_terminated
 
 RUN_TIME_MAX_S = 240  # a bound: the crash comes long before
 
@@ -27,16 +28,19 @@ def main() -> None:
     os.environ[PGID_ENV] = str(os.getpgid(0))  # inherited by the JVM and its Python workers
     spark = build_spark_session(Path(scratch))
     spark.dataSource.register(CrashingTidemq)
-    query = (spark.readStream.format("tidemq").option("namesrvAddr", namesrv)
-             .option("subscribe", source).option("startingOffsets", "earliest")
-             .option("maxOffsetsPerTrigger", max_offsets).load().select("body")
-             .writeStream.format("tidemq_crashing").option("namesrvAddr", namesrv)
-             .option("topic", target).option("exactlyOnce", "true")
-             .option("exactlyOnce.timeoutMs", timeout_ms)
-             .option("crashBatch", crash_batch).option("crashPoint", crash_point)
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-    print("query started", flush=True)
-    query.awaitTermination(RUN_TIME_MAX_S)
+    def start():
+        query = (spark.readStream.format("tidemq").option("namesrvAddr", namesrv)
+                 .option("subscribe", source).option("startingOffsets", "earliest")
+                 .option("maxOffsetsPerTrigger", max_offsets).load().select("body")
+                 .writeStream.format("tidemq_crashing").option("namesrvAddr", namesrv)
+                 .option("topic", target).option("exactlyOnce", "true")
+                 .option("exactlyOnce.timeoutMs", timeout_ms)
+                 .option("crashBatch", crash_batch).option("crashPoint", crash_point)
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        print("query started", flush=True)
+        return query
+
+    run_until_terminated(start, RUN_TIME_MAX_S)
 
 
 if __name__ == "__main__":

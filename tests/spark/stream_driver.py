@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pyspark.sql.functions import udf
 from spark_session import build_spark_session
+from streaming_queries import run_until_terminated
 
 RUN_TIME_MAX_S = 300  # a bound: the parent kills it long before
 
@@ -33,12 +34,15 @@ def main() -> None:
         time.sleep(delay_per_row_s)  # a slow transformation: the batch stays in flight a while
         return body
 
-    query = (source.select("msgId", "brokerName", "queueId", "queueOffset",
-                           slowly("body").alias("body"))
-             .writeStream.format("parquet").option("path", output)
-             .option("checkpointLocation", checkpoint).start())
-    print("query started", flush=True)
-    query.awaitTermination(RUN_TIME_MAX_S)
+    def start():
+        query = (source.select("msgId", "brokerName", "queueId", "queueOffset",
+                               slowly("body").alias("body"))
+                 .writeStream.format("parquet").option("path", output)
+                 .option("checkpointLocation", checkpoint).start())
+        print("query started", flush=True)
+        return query
+
+    run_until_terminated(start, RUN_TIME_MAX_S)
 
 
 if __name__ == "__main__":

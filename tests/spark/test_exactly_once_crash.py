@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from crashing_sink import CRASH_POINTS, MARKER_ENV
 from spark_session import spark_environment
+from streaming_queries import run_until_terminated
 
 from tidemq.client.message import Message
 
@@ -104,16 +105,16 @@ def test_sigkill_of_the_driver_anywhere_then_restart_stores_each_row_once(
         tmp_path / "child-driver.log", tmp_path / "scratch", tmp_path / "crashed")
     assert "crash point reached" in output, output[-4000:]
 
-    restarted = (spark.readStream.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
-                 .option("subscribe", source).option("startingOffsets", "earliest")
-                 .option("maxOffsetsPerTrigger", str(MAX_OFFSETS_PER_TRIGGER)).load()
-                 .select("body")
-                 .writeStream.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
-                 .option("topic", target).option("exactlyOnce", "true")
-                 .option("exactlyOnce.timeoutMs", str(TIMEOUT_MS))
-                 .option("checkpointLocation", str(checkpoint))
-                 .trigger(availableNow=True).start())
-    restarted.awaitTermination()
+    run_until_terminated(
+        lambda: spark.readStream.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
+        .option("subscribe", source).option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(MAX_OFFSETS_PER_TRIGGER)).load()
+        .select("body")
+        .writeStream.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
+        .option("topic", target).option("exactlyOnce", "true")
+        .option("exactlyOnce.timeoutMs", str(TIMEOUT_MS))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True).start())
 
     read = (spark.read.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
             .option("subscribe", target).load().select("body").collect())

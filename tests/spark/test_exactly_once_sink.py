@@ -6,6 +6,7 @@ stores nothing twice."""
 from __future__ import annotations
 
 import pytest
+from streaming_queries import run_until_terminated
 
 from tidemq.client.message import Message
 
@@ -20,16 +21,15 @@ def read_bodies(spark, cluster, topic) -> list[bytes]:
 
 def stream_copy(spark, cluster, source, target, checkpoint, max_offsets=100):
     """Copy ``source`` to ``target`` exactly once, every available message, then stop."""
-    query = (spark.readStream.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
-             .option("subscribe", source).option("startingOffsets", "earliest")
-             .option("maxOffsetsPerTrigger", str(max_offsets)).load()
-             .select("body")
-             .writeStream.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
-             .option("topic", target).option("exactlyOnce", "true")
-             .option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
-    return query
+    return run_until_terminated(
+        lambda: spark.readStream.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
+        .option("subscribe", source).option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(max_offsets)).load()
+        .select("body")
+        .writeStream.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
+        .option("topic", target).option("exactlyOnce", "true")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True).start())
 
 
 def test_batch_write_exactly_once_stores_every_row_once(spark, cluster, topic_name):

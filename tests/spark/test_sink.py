@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from streaming_queries import run_until_terminated
 
 from tidemq.client.message import Message
 
@@ -93,13 +94,13 @@ def test_streaming_write_copies_a_topic(spark, cluster, topic_name, tmp_path):
     cluster.produce(source, [Message(source, f"copy-{i}".encode(), tags="t", keys=[f"c{i}"],
                                      properties={"i": str(i)}) for i in range(150)])
 
-    query = (spark.readStream.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
-             .option("subscribe", source).option("startingOffsets", "earliest")
-             .option("includeProperties", "true").load()
-             .writeStream.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
-             .option("topic", target).option("checkpointLocation", str(tmp_path / "ck"))
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
+    run_until_terminated(
+        lambda: spark.readStream.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
+        .option("subscribe", source).option("startingOffsets", "earliest")
+        .option("includeProperties", "true").load()
+        .writeStream.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
+        .option("topic", target).option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True).start())
 
     read = read_back(spark, cluster, target)
     assert sorted(r.body for r in read) == sorted(f"copy-{i}".encode() for i in range(150))

@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+from streaming_queries import run_until_terminated, start_and_process_available
 
 from tidemq.client.message import Message
 
@@ -24,11 +25,10 @@ def messages(topic: str, start: int, stop: int, **fields) -> list[Message]:
 
 
 def run_available_now(df, output, checkpoint):
-    query = (df.select("msgId", "topic", "brokerName", "queueId", "queueOffset", "body")
-             .writeStream.format("parquet").option("path", str(output))
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    query.awaitTermination()
-    return query
+    return run_until_terminated(
+        lambda: df.select("msgId", "topic", "brokerName", "queueId", "queueOffset", "body")
+        .writeStream.format("parquet").option("path", str(output))
+        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
 
 
 def test_checkpointed_stream_delivers_every_message_exactly_once_across_restarts(
@@ -68,10 +68,10 @@ def test_latest_start_tag_filter_and_consumer_group_progress(spark, cluster, top
 
     df = stream(spark, cluster, subscribe=topic_name, startingOffsets="latest",
                 tagExpression="paid", consumerGroup=group)
-    query = (df.select("body", "tags").writeStream.format("memory")
-             .queryName(topic_name).start())
+    query = start_and_process_available(
+        lambda: df.select("body", "tags").writeStream.format("memory")
+        .queryName(topic_name).start())
     try:
-        query.processAllAvailable()
         cluster.produce(topic_name, messages(topic_name, 30, 60, tags="paid"))
         cluster.produce(topic_name, messages(topic_name, 60, 70, tags="other"))
         query.processAllAvailable()

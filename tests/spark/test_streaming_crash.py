@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from spark_session import spark_environment
+from streaming_queries import run_until_terminated
 
 from tidemq.client.message import Message
 
@@ -96,14 +97,14 @@ def test_sigkill_of_the_driver_mid_batch_then_restart_is_exactly_once(
             os.killpg(child.pid, signal.SIGKILL)
     assert not (checkpoint / "commits" / str(killed_in_batch)).exists()
 
-    restarted = (spark.readStream.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
-                 .option("subscribe", topic_name).option("startingOffsets", "earliest")
-                 .option("maxOffsetsPerTrigger", str(MAX_OFFSETS_PER_TRIGGER)).load()
-                 .select("msgId", "brokerName", "queueId", "queueOffset", "body")
-                 .writeStream.format("parquet").option("path", str(output))
-                 .option("checkpointLocation", str(checkpoint))
-                 .trigger(availableNow=True).start())
-    restarted.awaitTermination()
+    run_until_terminated(
+        lambda: spark.readStream.format("tidemq").option("namesrvAddr", cluster.namesrv_addr)
+        .option("subscribe", topic_name).option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(MAX_OFFSETS_PER_TRIGGER)).load()
+        .select("msgId", "brokerName", "queueId", "queueOffset", "body")
+        .writeStream.format("parquet").option("path", str(output))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True).start())
 
     rows = spark.read.parquet(str(output)).collect()
     assert len(rows) == MESSAGES
