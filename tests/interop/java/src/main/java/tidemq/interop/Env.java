@@ -22,6 +22,13 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * its scenario, even when it failed.
  */
 public final class Env {
+    /**
+     * The bound on one request of the clients made here (the client's defaults: 5 s for the
+     * admin, 3 s for a send). A cold JVM on a busy machine (load average 12-20) took over 5 s
+     * for its first admin request; a healthy answer takes milliseconds, so this is a bound.
+     */
+    static final int REQUEST_TIMEOUT_MS = 30_000;
+
     public final String namesrv;
     public final long timeoutMs;
     private final String runId = Integer.toHexString(new Random().nextInt(0x10000000));
@@ -47,6 +54,7 @@ public final class Env {
     public DefaultMQProducer producer(String group) throws Exception {
         DefaultMQProducer producer = new DefaultMQProducer(group, rpcHook);
         producer.setNamesrvAddr(namesrv);
+        producer.setSendMsgTimeout(REQUEST_TIMEOUT_MS);
         producer.setInstanceName(nextInstance());
         producer.start();
         clients.add(producer::shutdown);
@@ -56,6 +64,7 @@ public final class Env {
     public TransactionMQProducer transactionProducer(String group) {
         TransactionMQProducer producer = new TransactionMQProducer(group, rpcHook);
         producer.setNamesrvAddr(namesrv);
+        producer.setSendMsgTimeout(REQUEST_TIMEOUT_MS);
         producer.setInstanceName(nextInstance());
         clients.add(producer::shutdown);
         return producer;
@@ -80,7 +89,7 @@ public final class Env {
     }
 
     public DefaultMQAdminExt admin() throws Exception {
-        DefaultMQAdminExt admin = new DefaultMQAdminExt(rpcHook);
+        DefaultMQAdminExt admin = new DefaultMQAdminExt(rpcHook, REQUEST_TIMEOUT_MS);
         admin.setNamesrvAddr(namesrv);
         admin.setInstanceName(nextInstance());
         admin.start();
