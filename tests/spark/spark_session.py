@@ -2,7 +2,8 @@
 
 Settings that keep tests small and fast: local[2], two shuffle partitions, UI
 and console progress off, driver on 127.0.0.1, scratch space (SPARK_LOCAL_DIRS, TMPDIR) under
-the test session's temporary folder, adaptive execution off, UTC session time zone.
+the test session's temporary folder, adaptive execution off, UTC session time zone, the JVM's
+quick JIT tier only; Python workers import PySpark's cached bytecode (worker_python.sh).
 """
 
 from __future__ import annotations
@@ -12,15 +13,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# Spark's Python workers run this interpreter's PySpark from the installed package, not from
+# the bytecode-less pyspark.zip (the script says why).
+WORKER_PYTHON = Path(__file__).resolve().parent / "worker_python.sh"
+
 
 def spark_environment(scratch: Path) -> dict[str, str]:
-    """Environment of a Spark driver: loopback only, scratch space under ``scratch``."""
+    """Environment of a Spark driver: loopback only, scratch space under ``scratch``,
+    Python workers started by worker_python.sh with this interpreter."""
     return {
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOCAL_DIRS": str(scratch / "local"),
         "TMPDIR": str(scratch / "tmp"),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYSPARK_PYTHON": str(WORKER_PYTHON),
+        "TIDEMQ_SPARK_PYTHON": sys.executable,
+        # the JVM runs data sources it found installed (format("tidemq")) with this one
+        "PYSPARK_DRIVER_PYTHON": str(WORKER_PYTHON),
     }
 
 
@@ -47,6 +55,10 @@ def build_spark_session(scratch: Path) -> Any:
             .config("spark.driver.bindAddress", "127.0.0.1")
             .config("spark.sql.adaptive.enabled", "false")
             .config("spark.sql.session.timeZone", "UTC")
+            # The JIT's quick tier only: a session's start and a few small queries cost the
+            # JVM 15-17 s of CPU instead of 24-27 s (load 14-25), what a busy machine
+            # stretches into minutes; tests run no JVM code long enough to miss the rest.
+            .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
             .getOrCreate()
         )
     finally:
