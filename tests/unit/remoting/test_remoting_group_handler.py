@@ -91,15 +91,15 @@ def test_large_request_bodies_close_a_group_early(run):
     assert all(len(call) == 1 for call in calls)
 
 
-def test_the_responses_to_several_groups_of_one_read_leave_in_one_write(run, monkeypatch):
-    # Three large requests in one read make three groups; their responses are corked and
-    # sent together by the last group (one write, one wake-up of the peer), not one each.
-    flushes: list[int] = []
+def serve_one_read(run, monkeypatch, requests: list[RemotingCommand]):
+    """Hand ``requests`` to a server connection as one read; return the responses, the group
+    handler's calls and the frame parts of each write of the connection."""
+    writes: list[int] = []
     flush = Connection._flush
 
     def counting_flush(connection: Connection) -> None:
         if connection._corked is not None:
-            flushes.append(len(connection._corked))
+            writes.append(len(connection._corked))
         flush(connection)
 
     monkeypatch.setattr(Connection, "_flush", counting_flush)
@@ -112,8 +112,6 @@ def test_the_responses_to_several_groups_of_one_read_leave_in_one_write(run, mon
             async with asyncio.timeout(10):
                 while not server.connections:
                     await asyncio.sleep(0.01)
-            requests = requests_numbered(3, b"x" * 40 * 1024)
-            # The server's side of the connection gets all three in one read.
             server.connections[0].data_received(
                 b"".join(request.encode() for request in requests))
             responses = [await asyncio.wait_for(read_command(reader), 10) for _ in requests]
@@ -121,10 +119,28 @@ def test_the_responses_to_several_groups_of_one_read_leave_in_one_write(run, mon
             await writer.wait_closed()
             return responses
 
-    responses = run(main())
+    return run(main()), calls, writes
+
+
+def test_the_responses_to_several_groups_of_one_read_leave_in_one_write(run, monkeypatch):
+    # Three large requests in one read make three groups; their responses are corked and
+    # sent together by the last group (one write, one wake-up of the peer), not one each.
+    responses, calls, writes = serve_one_read(run, monkeypatch,
+                                              requests_numbered(3, b"x" * 40 * 1024))
     assert [response.code for response in responses] == [ResponseCode.SUCCESS] * 3
     assert calls == [[0], [1], [2]]
-    assert len(flushes) == 1, flushes
+    assert len(writes) == 1, writes
+
+
+def test_a_group_followed_by_a_full_group_of_the_read_is_answered_at_once(run, monkeypatch):
+    # A read of two full groups and five more (a producer's window of single sends): the
+    # first group's responses leave before the rest is served, so the producer works on
+    # them meanwhile; the second group's wait for the last's, which follow it closely.
+    count = 2 * GROUP_REQUESTS_MAX + 5
+    responses, calls, writes = serve_one_read(run, monkeypatch, requests_numbered(count))
+    assert len(responses) == count
+    assert [len(call) for call in calls] == [GROUP_REQUESTS_MAX, GROUP_REQUESTS_MAX, 5]
+    assert len(writes) == 2, writes
 
 
 def test_a_lone_request_goes_to_the_plain_handler(run):
