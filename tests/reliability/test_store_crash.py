@@ -126,6 +126,8 @@ def test_acknowledged_messages_survive_sigkill(tmp_path):
             assert not missing, f"round {round_number}: not in their queues: {sorted(missing)[:5]}"
         finally:
             store.close()
+        if not acked and not os.path.isdir(os.path.join(root, "commitlog")):
+            continue  # every kill so far came before the writer made its store: nothing to check
         report = check_store(root)
         assert report.ok, "\n".join(map(str, report.problems[:20]))
     print(f"{len(acked)} acknowledged messages over {ROUNDS} rounds")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from pathlib import Path
 
+from server_processes import free_port
 from tidemq.broker.config import BrokerRole
 from tidemq.broker.controller import BrokerController
 from tidemq.broker.ha.wire import encode_report
@@ -38,20 +38,11 @@ WAIT_S = 30.0
 
 
 def free_pair() -> int:
-    """A port p with p and p + 1 free (listenPort and its HA port)."""
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port + 1 >= 65536:
-            continue
-        with socket.socket() as second:
-            try:
-                second.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise AssertionError("no two neighbouring free ports")
+    """A port p with p and p + 1 free (listenPort and its HA port), below the kernel's
+    ephemeral range and in this xdist worker's slice (server_processes.free_port): a port
+    the kernel handed out as free (bind to 0) was taken by some connection before the
+    broker listened on it, on a busy machine ("address already in use")."""
+    return free_port(neighbours=(1,))
 
 
 def send_request(topic: str, body: bytes, key: str) -> RemotingCommand:
