@@ -80,8 +80,9 @@ class StoreConfig:
     # Write zeros over the next commit-log segment on a background thread (see
     # segment_allocator.py). Off by default, as in RocketMQ: appends are pwrites, which fill
     # new page-cache pages cheaply, while the zeros cost a second write of every segment
-    # (~3-5 us of broker CPU per 1 KiB message, on the core the producers need; batch
-    # produce ran faster without it under both flush types, benchmarks/RESULTS.md).
+    # (1.2-2 us of broker CPU per 1 KiB message under ASYNC_FLUSH, up to 3.9 under
+    # SYNC_FLUSH, on the core the producers need, to save the appender ~0.15; batch produce
+    # ran faster without it under both flush types, benchmarks/RESULTS.md).
     warm_mapped_file_enable: bool = field(
         default=False,
         metadata={"key": "warmMapedFileEnable", "aliases": ("warmMappedFileEnable",)},

@@ -8,9 +8,9 @@ path with the GIL held. This thread writes zeros over the next segment with ``os
 to pages that are already in the page cache. RocketMQ does the same in its
 AllocateMappedFileService with ``warmMapedFileEnable``. The price is writing each segment's
 zeros once in the background. Since appends are pwrites (commit_log.py), that price is
-higher than what it saves (~3-5 us of CPU per 1 KiB message on this thread, for no saving on
-the appender's), so ``warm_mapped_file_enable`` is off by default, as in RocketMQ, and this
-thread only runs when it is turned on.
+higher than what it saves (1.2-2 us of CPU per 1 KiB message on this thread, up to 3.9 under
+SYNC_FLUSH, to save the appender ~0.15 us), so ``warm_mapped_file_enable`` is off by default,
+as in RocketMQ, and this thread only runs when it is turned on.
 
 Pacing: the log reports how far its current segment is written (``note_written``), and the
 thread warms the spare no further than that plus ``WARM_LEAD_FRACTION`` of a segment: a
