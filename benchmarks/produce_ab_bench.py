@@ -1,7 +1,8 @@
 """Batch produce, A/B: where the broker's CPU per message goes, variant against variant.
 
     .venv/bin/python benchmarks/produce_ab_bench.py [--runs 3] [--messages 400000]
-        [--warmup 100000] --variant NAME=SRC[,--key,value...] [--variant ...] [--json]
+        [--warmup 100000] [--batch 64] [--concurrency 16]
+        --variant NAME=SRC[,--key,value...] [--variant ...] [--json]
 
 Each ``--variant`` is a source tree and ``tidemq dev`` arguments: ``SRC`` is ``.`` for this
 checkout or another tree's ``src/`` folder (``git archive <commit> src | tar -x -C
@@ -12,8 +13,9 @@ this checkout alone (``A=.``).
 Each run starts a fresh ``tidemq dev`` (ASYNC_FLUSH unless a variant says otherwise) per
 variant in turn, rotating the order from run to run; sends ``--warmup`` messages to another
 topic (the first touches of the index and the queues are not measured), waits until the
-broker is idle, then times ``tidemq bench produce`` of ``--messages`` 1 KiB messages, 64 per
-request, 16 requests in flight. Printed per run and as medians per variant: msg/s, and per
+broker is idle, then times ``tidemq bench produce`` of ``--messages`` 1 KiB messages,
+``--batch`` per request (64; 0 sends single messages), ``--concurrency`` requests in flight
+(16). Printed per run and as medians per variant: msg/s, and per
 message the broker's CPU (all threads), its main thread's (the event loop: user and system
 apart), the other threads' together, the broker's minor page faults, and the client's CPU.
 The CPU figures are the steady ones on a shared machine; compare variants within one run.
@@ -66,7 +68,7 @@ def _stat(path: str) -> tuple[float, float, int]:
 
 
 def measure(work_dir: str, src: str | None, dev_args: list[str], messages: int,
-            warmup: int) -> dict:
+            warmup: int, batch: int = 64, concurrency: int = 16) -> dict:
     """One timed produce against a fresh ``tidemq dev`` of ``src`` with ``dev_args``."""
     previous = os.environ.get("PYTHONPATH")
     if src is not None:
@@ -86,8 +88,8 @@ def measure(work_dir: str, src: str | None, dev_args: list[str], messages: int,
                   "--count", str(warmup))
             wait_process_idle(pid)
         main_before, all_before = main_thread_stat(pid), process_stat(pid)
-        summary = bench(server.namesrv, "produce", "-t", TOPIC, "-b", "64", "-c", "16",
-                        "--count", str(messages))
+        summary = bench(server.namesrv, "produce", "-t", TOPIC, "-b", str(batch),
+                        "-c", str(concurrency), "--count", str(messages))
         main_after, all_after = main_thread_stat(pid), process_stat(pid)
     finally:
         server.stop()
@@ -127,6 +129,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--messages", type=int, default=400_000)
     parser.add_argument("--warmup", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=64,
+                        help="messages per request of the timed produce (0: single sends)")
+    parser.add_argument("--concurrency", type=int, default=16, help="requests in flight")
     parser.add_argument("--variant", action="append", default=[],
                         help="NAME=SRC[,--key,value...]: SRC is . or another tree's src/")
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
@@ -143,7 +148,8 @@ def main() -> int:
         for name, src, dev_args in variants[shift:] + variants[:shift]:
             work_dir = tempfile.mkdtemp(prefix="produce-ab-", dir=args.dir)
             try:
-                figures[name] = measure(work_dir, src, dev_args, args.messages, args.warmup)
+                figures[name] = measure(work_dir, src, dev_args, args.messages, args.warmup,
+                                        args.batch, args.concurrency)
             finally:
                 shutil.rmtree(work_dir, ignore_errors=True)
             if not args.json:
@@ -155,7 +161,8 @@ def main() -> int:
                           "load_average": [load_before, load_after], "runs": runs}))
         return 0
     print(f"\n{started}, {machine_description()}; load average {load_before} -> {load_after}")
-    print(f"{args.messages} x 1 KiB, batches of 64, 16 in flight; CPU in us per message; "
+    print(f"{args.messages} x 1 KiB, batches of {args.batch}, {args.concurrency} in flight; "
+          "CPU in us per message; "
           f"median of {args.runs} runs")
     for name, _, _ in variants:
         medians = {key: statistics.median(r[name][key] for r in runs) for key, _, _ in COLUMNS}
