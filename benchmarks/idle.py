@@ -57,6 +57,24 @@ def main_thread_sched_s(pid: int) -> tuple[float, float]:
     return int(on_cpu_ns) / 1e9, int(waiting_ns) / 1e9
 
 
+def process_counts(pid: int) -> tuple[int, int, int]:
+    """(main-thread wake-ups, read system calls, write system calls) of process ``pid`` so
+    far; zeros when /proc lacks them.
+
+    Wake-ups are the main thread's voluntary context switches (each a sleep ended by an
+    event or a timer); reads and writes are /proc/<pid>/io's syscr and syscw, every thread
+    (read, readv, recv... and write, writev, pwrite, send...; epoll waits are not in them)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            wake_ups = next(int(line.split(":", 1)[1]) for line in status
+                            if line.startswith("voluntary_ctxt_switches"))
+        with open(f"/proc/{pid}/io") as io:
+            fields = dict(line.split(":", 1) for line in io if ":" in line)
+        return wake_ups, int(fields["syscr"]), int(fields["syscw"])
+    except (OSError, KeyError, ValueError, StopIteration):
+        return 0, 0, 0
+
+
 def thread_table(pid: int) -> dict[int, tuple[str, float, int, int]]:
     """Every thread of process ``pid`` now: {thread id: (name, CPU seconds, voluntary
     context switches, involuntary ones)} from /proc/<pid>/task (empty when /proc lacks it).

@@ -21,7 +21,9 @@ millisecond born timestamp, so a 2 ms target can be judged. It prints p50/p99/p9
 per run and the median over runs, the producer's send-acknowledgement p99, how many of the
 messages over 2 ms were already over 2 ms at the store (the send side), each process's CPU
 per message and how long its main thread waited for a core (ms per s: the machine's share
-of the tail, not the code's), the host's load average, and with ``--timeline`` a text plot
+of the tail, not the code's), per message sent each process's main-thread wake-ups and its
+read and write system calls (``/proc``: the fixed costs that dominate at low rates), the
+host's load average, and with ``--timeline`` a text plot
 of every run: the worst latency of each 100 ms window, one row per second, so a periodic
 stall shows as a column of spikes. With ``--threads`` it lists every thread of the three
 processes (the broker's only when it started the broker): its share of a core over the run
@@ -68,7 +70,7 @@ async def _probe_loop_lag(lags: array, period_s: float = 0.005) -> None:
 
 
 async def _produce(args: argparse.Namespace) -> dict:
-    from idle import main_thread_sched_s, thread_table
+    from idle import main_thread_sched_s, process_counts, thread_table
     from tidemq import Message, Producer
 
     pad = os.urandom(max(0, args.size - STAMP.size))
@@ -83,6 +85,7 @@ async def _produce(args: argparse.Namespace) -> dict:
         cpu_started = time.process_time()
         waited_before_s = main_thread_sched_s(os.getpid())[1]
         threads_before = thread_table(os.getpid())
+        counts_before = process_counts(os.getpid())
         started = time.perf_counter()
         deadline = started + args.seconds
         next_slot = [started]
@@ -110,13 +113,14 @@ async def _produce(args: argparse.Namespace) -> dict:
         cpu_s = time.process_time() - cpu_started
         waited_s = main_thread_sched_s(os.getpid())[1] - waited_before_s
         threads_after = thread_table(os.getpid())
+        counts = [b - a for a, b in zip(counts_before, process_counts(os.getpid()), strict=True)]
     probe.cancel()
     acks_ms.sort()
     return {"sent": sent[0] + 1, "errors": errors[0], "seconds": seconds,
             "ack_ms_p50": _pick(acks_ms, 0.5), "ack_ms_p99": _pick(acks_ms, 0.99),
             "cpu_us_per_msg": cpu_s / max(1, sent[0]) * 1e6,
             "run_queue_wait_ms_per_s": waited_s * 1000 / seconds, "loop_lags": lags.tolist(),
-            "threads": [threads_before, threads_after]}
+            "threads": [threads_before, threads_after], "counts": counts}
 
 
 async def _consume(args: argparse.Namespace) -> None:
@@ -332,7 +336,13 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
     per message of each process (the broker's when ``broker_pid`` is given) and the load
     average at the end.
     """
-    from idle import main_thread_sched_s, process_cpu_s, thread_costs, thread_table
+    from idle import (
+        main_thread_sched_s,
+        process_counts,
+        process_cpu_s,
+        thread_costs,
+        thread_table,
+    )
     topic = f"Latency_{os.getpid()}_{time.monotonic_ns()}"
     tidemq = os.path.join(os.path.dirname(sys.executable), "tidemq")
     _create_topic(tidemq, namesrv, topic, queues)
@@ -353,6 +363,7 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
         broker_cpu_s = process_cpu_s(broker_pid) if broker_pid is not None else 0.0
         waits_before = {name: main_thread_sched_s(pid)[1] for name, pid in watched.items()}
         threads_before = {name: thread_table(pid) for name, pid in watched.items()}
+        counts_before = {name: process_counts(pid) for name, pid in watched.items()}
         producer_started = time.monotonic()
         producer = subprocess.run(
             [*me, "--role", "producer", "--rate", str(rate), "--seconds", str(seconds),
@@ -362,6 +373,10 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
         producer_s = time.monotonic() - producer_started
         thread_rows = {name: thread_costs(threads_before[name], thread_table(pid), producer_s)
                        for name, pid in watched.items()}
+        counts = {name: [b - a for a, b in zip(counts_before[name], process_counts(pid),
+                                               strict=True)]
+                  for name, pid in watched.items()}
+        counts["producer"] = sent.pop("counts")
         thread_rows["producer"] = thread_costs(
             *({int(k): tuple(v) for k, v in table.items()} for table in sent.pop("threads")),
             sent["seconds"])
@@ -392,6 +407,13 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
                                                      len(result["window_max_ms"]))
     result.update({f"producer_{k}": v for k, v in sent.items()})
     result.update(run_queue_waits)
+    # Per message sent: how often each process's main thread slept and woke, and its read
+    # and write system calls (the fixed costs that dominate at low rates).
+    per = max(1, sent["sent"])
+    for name, (wake_ups, reads, writes) in counts.items():
+        result[f"{name}_wake_ups_per_msg"] = wake_ups / per
+        result[f"{name}_reads_per_msg"] = reads / per
+        result[f"{name}_writes_per_msg"] = writes / per
     result["threads"] = thread_rows
     result["load_average"] = load_average()
     return result
@@ -454,6 +476,10 @@ def print_report(result: dict, timeline: bool, threads: bool = False) -> None:
               f"{run.get('broker_run_queue_wait_ms_per_s', float('nan')):.0f}, producer "
               f"{run['producer_run_queue_wait_ms_per_s']:.0f}, consumer "
               f"{run['consumer_run_queue_wait_ms_per_s']:.0f}; load {run['load_average']}")
+        print("  per message: " + "; ".join(
+            f"{name} {run[f'{name}_wake_ups_per_msg']:.2f} wake-ups, "
+            f"{run[f'{name}_reads_per_msg']:.2f} reads, {run[f'{name}_writes_per_msg']:.2f} writes"
+            for name in ("broker", "consumer", "producer") if f"{name}_wake_ups_per_msg" in run))
         if timeline:
             print(timeline_text(run))
         if threads:

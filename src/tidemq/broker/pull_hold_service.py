@@ -12,11 +12,11 @@ instead of answering, for ``suspendTimeoutMillis`` (long polling) or ``shortPoll
   offset and schedules one pass over the woken keys on the event loop, so a burst of
   appends costs one pass. The pass re-runs each parked pull whose offset is below the new
   max; if the re-run found messages (or anything else worth saying) it is answered, and if
-  nothing matched its filter yet it stays parked. The answers leave at once, not at the end
-  of the loop iteration, and a send runs the pending pass (``wake_now``) before it is
-  answered: the consumer is woken before the producer's acknowledgement goes out, so a
-  message's end-to-end path waits neither for that write nor, when cores are scarce, for
-  the producer handling it;
+  nothing matched its filter yet it stays parked. The answers leave at the pass's end, one
+  write per connection for all the queues woken (not at the end of the loop iteration), and
+  a send runs the pending pass (``wake_now``) before it is answered: the consumer is woken
+  before the producer's acknowledgement goes out, so a message's end-to-end path waits
+  neither for that write nor, when cores are scarce, for the producer handling it;
 - at its deadline, with whatever a final re-run says, usually PULL_NOT_FOUND. Deadlines
   are kept in slots of ``DEADLINE_SLOT_MS``, one loop timer per slot at its end (a timer
   per request cost ~2.4 us to start and cancel, for every pull a consumer keeping up
@@ -253,22 +253,30 @@ class PullRequestHoldService:
             self._loop.call_soon(self._wake_pass)
 
     def _wake_pass(self) -> None:
+        """Re-run the pulls parked on every queue that grew since the last pass; what they
+        answer is sent at the pass's end (one write per connection), not at the end of the
+        loop iteration.
+
+        One write for the whole pass, not one per queue: a consumer owning several queues
+        is usually woken for two or more of them by one read's sends (a producer's sends of
+        one loop iteration arrive together), and a write per queue cost the broker a
+        ``writev`` and the consumer a wake-up each (RESULTS.md, owner tail).
+        """
         # Also the scheduled callback after wake_now ran the pass: then there is nothing left.
         self._pass_scheduled = False
         arrivals, self._arrivals = self._arrivals, {}
+        answered: dict[Connection, None] = {}  # in the order first answered
         for key, max_offset in arrivals.items():
-            self._wake(key, max_offset)
-
-    def _wake(self, key: str, max_offset: int) -> None:
-        """Re-run the pulls parked on ``key`` below ``max_offset``; what they answer is sent
-        now (one write per connection), not at the end of the loop iteration."""
-        answered: list[Connection] = []
-        for parked in list(self._parked.get(key, ())):
-            if (parked.queue_offset < max_offset and self._finish(parked, PullMode.WAKE)
-                    and parked.connection not in answered):
-                answered.append(parked.connection)
+            self._wake(key, max_offset, answered)
         for connection in answered:
             connection.flush()
+
+    def _wake(self, key: str, max_offset: int, answered: dict[Connection, None]) -> None:
+        """Re-run the pulls parked on ``key`` below ``max_offset``; the connections that got
+        an answer are added to ``answered`` (the caller flushes them)."""
+        for parked in list(self._parked.get(key, ())):
+            if parked.queue_offset < max_offset and self._finish(parked, PullMode.WAKE):
+                answered[parked.connection] = None
 
     def _finish(self, parked: ParkedPull, mode: PullMode) -> bool:
         """Re-run ``parked``; answer and unpark it unless a WAKE run says keep waiting.

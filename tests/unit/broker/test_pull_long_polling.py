@@ -29,17 +29,19 @@ WAIT_BOUND_S = 10.0
 SUSPEND_FLAGS = PULL_FLAG_SUBSCRIPTION | PULL_FLAG_SUSPEND
 
 
-def message(tags: str | None = None, body: bytes = b"payload") -> StoreMessage:
+def message(tags: str | None = None, body: bytes = b"payload", queue_id: int = 0
+            ) -> StoreMessage:
     return StoreMessage(
-        TOPIC, 0, body, {"TAGS": tags} if tags else {},
+        TOPIC, queue_id, body, {"TAGS": tags} if tags else {},
         born_timestamp=int(time.time() * 1000), born_host="127.0.0.1:50000",
     )
 
 
 def pull_request(offset: int, *, suspend_ms: int, subscription: str = "*",
-                 flags: int = SUSPEND_FLAGS) -> RemotingCommand:
+                 flags: int = SUSPEND_FLAGS, queue_id: int = 0) -> RemotingCommand:
     return RemotingCommand.request(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": GROUP, "topic": TOPIC, "queueId": "0", "queueOffset": str(offset),
+        "consumerGroup": GROUP, "topic": TOPIC, "queueId": str(queue_id),
+        "queueOffset": str(offset),
         "maxMsgNums": "32", "sysFlag": str(flags), "commitOffset": "0",
         "suspendTimeoutMillis": str(suspend_ms), "subVersion": "0",
         "subscription": subscription,
@@ -257,6 +259,42 @@ def test_woken_pull_is_answered_before_the_send_that_woke_it(make_broker, serve)
             assert pulled.code == ResponseCode.SUCCESS
             assert [m.body for m in iter_records(pulled.body)] == [b"wakes it"]
             assert arrived == ["pull", "send"]
+
+    asyncio.run(main())
+
+
+def test_pulls_woken_on_several_queues_are_answered_in_one_write(make_broker, serve):
+    # A producer's sends of one loop iteration arrive in one read and wake a consumer's
+    # pulls of several queues in one pass: their answers leave in one write (one writev for
+    # the broker, one wake-up for the consumer), not one per queue.
+    broker = make_broker()
+    broker.topic_config_manager.update(TopicConfig(TOPIC, 2, 2))
+    hold = broker.pull_hold_service
+
+    async def main():
+        async with serve(broker) as link:
+            pulls = [start_pull(link, pull_request(0, suspend_ms=60_000, queue_id=queue_id))
+                     for queue_id in (0, 1)]
+            await wait_until(lambda: hold.parked_count == 2, "both pulls parked")
+            connection = next(iter(hold._parked.values()))[0].connection
+            writes: list[int] = []  # frames parts in each write to the consumer
+            flush = connection._flush
+
+            def recording_flush() -> None:
+                if connection._corked:
+                    writes.append(len(connection._corked))
+                flush()
+
+            connection._flush = recording_flush
+            for queue_id in (0, 1):  # stored in one loop iteration, as one read's sends are
+                assert broker.store.put_message(message(body=b"q%d" % queue_id,
+                                                        queue_id=queue_id)).ok
+            async with asyncio.timeout(WAIT_BOUND_S):
+                responses = await asyncio.gather(*pulls)
+            assert [[m.body for m in iter_records(r.body)] for r in responses] == [
+                [b"q0"], [b"q1"]]
+            parts_per_response = len(responses[0].encode_parts())
+            assert writes == [2 * parts_per_response]
 
     asyncio.run(main())
 
