@@ -18,12 +18,29 @@ shares one topic string.
 
 A record that is not the common kind (v1 magic, IPv4 hosts) or whose sizes do not add up goes
 to ``message``'s field-by-field reader, which names what is wrong.
+
+Records of one size. A pull of a backlog of like messages (same body size, same topic, same
+kind of properties: a benchmark, sensor readings, a fixed schema) is a run of records that all
+have one layout. Such a body is decoded without stepping from record to record in Python:
+``struct.iter_unpack`` cuts every record into its fixed part, body, topic and properties bytes
+and the three integers a message needs, and the CRCs are computed and compared as whole
+columns (``map``). It is taken only when the body is a whole number of records of the first
+record's size and every record has the first one's framing: the bytes of TOTALSIZE,
+MAGICCODE, SYSFLAG and BODYLENGTH are equal in every record (checked with one strided slice
+per byte) and so are TOPICLENGTH, TOPIC and PROPERTIESLENGTH (compared record by record).
+Anything else (a compressed or IPv6 record, a record of another size or topic, a length that
+does not add up) is left to the record-by-record pass, which decodes it as before; the two
+give equal messages (tests/unit/protocol/test_pulled_records.py). In process, a 256-record
+answer of 1 KiB messages: 1.42 -> 0.92 µs per record, CRC check included (RESULTS.md).
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
+from itertools import repeat
+from operator import and_, attrgetter, itemgetter
 from typing import Any
 
 from tidemq.errors import RemoteProtocolError
@@ -72,6 +89,15 @@ _PREFIX_INDEX = {
     "prepared_transaction_offset": 15,
 }
 _HOST_INDEX = {"born_host": 9, "store_host": 12}  # address; the port follows it
+
+# Records of one size (module docstring): the byte ranges of the fixed part that must be
+# equal in every record (TOTALSIZE and MAGICCODE, SYSFLAG, BODYLENGTH) ...
+_SAME_IN_EVERY_RECORD = ((0, 8), (36, 40), (84, 88))
+# ... and the SYSFLAG bits the one-size pass does not handle (another layout, inflating).
+_NOT_SAME_SIZE_SYSFLAGS = _HOSTS_V6 | SYSFLAG_COMPRESSED
+_CRC_MASK = 0x7FFFFFFF  # BODYCRC keeps 31 bits (docs/protocol.md §6.1)
+_get_body = attrgetter("body")
+_first = itemgetter(0)
 
 
 class PulledMessageExt(MessageExt):
@@ -146,6 +172,9 @@ def decode_pulled_records(
             inflate.
     """
     source = data if type(data) is bytes else bytes(data)
+    same_size = _decode_same_size(source, broker_name, damaged)
+    if same_size is not None:
+        return same_size
     messages: list[MessageExt] = []
     append = messages.append
     check_crc = damaged is not None
@@ -210,6 +239,75 @@ def decode_pulled_records(
                 checked, damaged):
             continue
         append(checked)
+    return messages
+
+
+@functools.lru_cache(maxsize=64)
+def _same_size_layout(record_size: int, body_length: int,
+                      framing_length: int) -> tuple[struct.Struct, struct.Struct]:
+    """The two record structs of the one-size pass: BODYCRC, QUEUEID and QUEUEOFFSET as
+    integers; the fixed part, BODY, TOPICLENGTH+TOPIC+PROPERTIESLENGTH and PROPERTIES as bytes.
+    (A few sizes recur in a consumer's life; the cache keeps their structs.)"""
+    numbers = struct.Struct(f">8xii4xq{record_size - 28}x")
+    parts = struct.Struct(
+        f"{RECORD_PREFIX_SIZE_IPV4}s{body_length}s{framing_length}s"
+        f"{record_size - RECORD_PREFIX_SIZE_IPV4 - body_length - framing_length}s")
+    return numbers, parts
+
+
+def _decode_same_size(source: bytes, broker_name: str,
+                      damaged: list[MessageExt] | None) -> list[MessageExt] | None:
+    """Decode ``source`` when all its records have one layout (module docstring); None when
+    they do not, and then nothing was decoded or set aside."""
+    end = len(source)
+    if end < RECORD_FIXED_SIZE_IPV4:
+        return None
+    size, magic, _, _, _, sysflag, body_length = _unpack_pull_fields(source, 0)
+    if (size < RECORD_FIXED_SIZE_IPV4 or end % size or magic != MAGIC_V1
+            or sysflag & _NOT_SAME_SIZE_SYSFLAGS or body_length < 0):
+        return None
+    body_end = RECORD_PREFIX_SIZE_IPV4 + body_length
+    if body_end + 3 > size:
+        return None
+    topic_end = body_end + 1 + source[body_end]
+    if topic_end + 2 > size or topic_end + 2 + _unpack_int16(source, topic_end)[0] != size:
+        return None
+    count = end // size
+    for start, stop in _SAME_IN_EVERY_RECORD:
+        for position in range(start, stop):
+            # This byte of every record (a slice with the record size as its step).
+            if source[position::size].count(source[position]) != count:
+                return None
+    numbers, parts = _same_size_layout(size, body_length, topic_end + 2 - body_end)
+    framing = source[body_end:topic_end + 2]
+    topic = str(source[body_end + 1:topic_end], "utf-8", "replace")
+    messages: list[MessageExt] = []
+    append = messages.append
+    new = object.__new__
+    cls = PulledMessageExt
+    for (prefix, body, record_framing, properties), (_, queue_id, queue_offset) in zip(
+            parts.iter_unpack(source), numbers.iter_unpack(source), strict=True):
+        if record_framing != framing:  # another topic, or other lengths: not one layout
+            return None
+        message = new(cls)
+        message.body = body
+        message.topic = topic
+        message.queue_id = queue_id
+        message.queue_offset = queue_offset
+        message.broker_name = broker_name
+        message._prefix = prefix
+        message._properties_raw = properties
+        append(message)
+    if damaged is not None:
+        stored = list(map(_first, numbers.iter_unpack(source)))
+        computed = list(map(and_, map(zlib.crc32, map(_get_body, messages)),
+                            repeat(_CRC_MASK)))
+        if stored != computed:  # rare: find the damaged ones, keep the order of the rest
+            intact: list[MessageExt] = []
+            for message, stored_crc, computed_crc in zip(messages, stored, computed,
+                                                         strict=True):
+                (intact if stored_crc == computed_crc else damaged).append(message)
+            return intact
     return messages
 
 

@@ -4,6 +4,8 @@ import pickle
 import zlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidemq.errors import RemoteProtocolError
 from tidemq.protocol.message import (
@@ -13,7 +15,11 @@ from tidemq.protocol.message import (
     decode_records,
     encode_record,
 )
-from tidemq.protocol.pulled_records import PulledMessageExt, decode_pulled_records
+from tidemq.protocol.pulled_records import (
+    PulledMessageExt,
+    _decode_same_size,
+    decode_pulled_records,
+)
 
 PROPERTIES = "KEYS\x01order-1 order-2\x02TAGS\x01paid\x02UNIQ_KEY\x017F0000010001\x02CLUSTER\x01C"
 
@@ -128,3 +134,94 @@ def test_a_body_flagged_compressed_that_does_not_inflate_is_left_out_not_fatal()
     assert [m.queue_offset for m in damaged] == [11]
     with pytest.raises(RemoteProtocolError, match="does not decompress"):
         decode_pulled_records(body, "b", decompress=True)
+
+
+# -- records of one size: the column pass (module docstring) ----------------------------------
+
+
+def same_size(queue_offset: int, *, topic: bytes = b"Orders", body: bytes | None = None,
+              properties: str = PROPERTIES, sysflag: int = 0) -> bytes:
+    """A record whose size does not depend on ``queue_offset`` (a 6-byte body by default)."""
+    return bytes(encode_record(topic=topic, body=body if body is not None else b"b-%04d" % (
+        queue_offset % 10_000), properties=properties.encode(), queue_id=3,
+        queue_offset=queue_offset, physical_offset=1_000 + queue_offset,
+        born_timestamp=1_700_000_000_000 + queue_offset, sysflag=sysflag,
+        born_host=(b"\x0a\x00\x00\x07", 50000)))
+
+
+def test_a_body_of_one_size_decodes_like_record_by_record():
+    body = b"".join(same_size(offset) for offset in range(40, 72))
+    assert _decode_same_size(body, "", []) is not None  # the column pass takes it
+    assert decode_pulled_records(body, damaged=[]) == decode_records(body)
+    pulled = decode_pulled_records(body, "broker-b", damaged=[])
+    assert all(type(m) is PulledMessageExt for m in pulled)
+    assert [m.queue_offset for m in pulled] == list(range(40, 72))
+    assert {m.broker_name for m in pulled} == {"broker-b"}
+    assert pulled[5].body == b"b-0045" and pulled[5].properties["TAGS"] == "paid"
+    assert pulled[5].born_timestamp == 1_700_000_000_045
+    assert pulled[5].physical_offset == 1_045
+    assert pulled[0].topic is pulled[-1].topic  # one topic string for the pull
+
+
+def test_one_size_records_with_a_damaged_body_set_it_aside_and_keep_the_order():
+    records = [bytearray(same_size(offset)) for offset in range(10)]
+    records[3][90] ^= 0x40
+    records[7][88] ^= 0x01
+    damaged: list[MessageExt] = []
+    messages = decode_pulled_records(b"".join(records), "b", damaged=damaged)
+    assert [m.queue_offset for m in messages] == [0, 1, 2, 4, 5, 6, 8, 9]
+    assert [m.queue_offset for m in damaged] == [3, 7]
+    # Without ``damaged`` (check_crcs off) nothing is checked.
+    assert len(decode_pulled_records(b"".join(records))) == 10
+
+
+@pytest.mark.parametrize("odd_one", [
+    same_size(5, topic=b"Orderz"),  # same size, another topic
+    same_size(5, body=b"b-00055", properties=PROPERTIES[:-1]),  # same size, other lengths
+    same_size(5, sysflag=0x4),  # another SYSFLAG (a transaction bit)
+])
+def test_a_record_of_the_same_size_but_another_layout_is_decoded_by_its_own_fields(odd_one):
+    records = [same_size(offset) for offset in range(10)]
+    assert len(odd_one) == len(records[0])
+    records[5] = odd_one
+    body = b"".join(records)
+    assert _decode_same_size(body, "", []) is None  # left to the record-by-record pass
+    pulled = decode_pulled_records(body, damaged=[])
+    assert pulled == decode_records(body)
+    assert (pulled[5].topic, pulled[5].body, pulled[5].sysflag) == (
+        decode_records(odd_one)[0].topic, decode_records(odd_one)[0].body,
+        decode_records(odd_one)[0].sysflag)
+
+
+def test_compressed_records_of_one_size_are_inflated():
+    compressed = zlib.compress(b"inflated " * 20)
+    body = b"".join(same_size(offset, body=compressed,
+                              sysflag=SYSFLAG_COMPRESSED | SYSFLAG_COMPRESSION_ZLIB)
+                    for offset in range(4))
+    messages = decode_pulled_records(body, damaged=[], decompress=True)
+    assert [m.body for m in messages] == [b"inflated " * 20] * 4
+
+
+def test_a_torn_last_record_of_one_size_is_still_an_error():
+    body = b"".join(same_size(offset) for offset in range(4))
+    with pytest.raises(RemoteProtocolError):
+        decode_pulled_records(body[:-1], damaged=[])
+
+
+@given(st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=12), st.data())
+def test_any_mix_of_layouts_decodes_like_record_by_record(kinds, data):
+    layouts = [
+        lambda offset: same_size(offset),
+        lambda offset: same_size(offset, topic=b"Orderz"),
+        lambda offset: same_size(offset, body=b"longer body %d" % offset, properties=""),
+    ]
+    records = [bytearray(layouts[kind](offset)) for offset, kind in enumerate(kinds)]
+    damaged_at = data.draw(st.sets(st.integers(0, len(records) - 1)))
+    for index in damaged_at:
+        records[index][88] ^= 0x20
+    damaged: list[MessageExt] = []
+    body = b"".join(records)
+    pulled = decode_pulled_records(body, damaged=damaged)
+    eager = decode_records(body)
+    assert pulled == [m for i, m in enumerate(eager) if i not in damaged_at]
+    assert damaged == [m for i, m in enumerate(eager) if i in damaged_at]
