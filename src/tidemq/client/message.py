@@ -233,6 +233,35 @@ class SendResult:
         return self.offset_msg_id.split(",") if self.offset_msg_id else []
 
 
+# A frozen dataclass's __init__ sets each field through object.__setattr__, ~1.0-1.4 us for
+# SendResult's eight (more than the rest of reading the broker's answer); the slots' own
+# setters do the same in ~0.6 us. Only for the producer's answer to every send.
+_SEND_RESULT_SETTERS = tuple(
+    getattr(SendResult, name).__set__
+    for name in ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "region",
+                 "trace_on", "transaction_id")
+)
+
+
+def new_send_result(status: SendStatus, msg_id: str, offset_msg_id: str, queue: MessageQueue,
+                    queue_offset: int, region: str | None, trace_on: bool,
+                    transaction_id: str | None) -> SendResult:
+    """``SendResult(...)`` with every field given, made without the frozen ``__init__``'s
+    per-field ``object.__setattr__`` (equal to what the constructor makes)."""
+    result = object.__new__(SendResult)
+    (set_status, set_msg_id, set_offset_msg_id, set_queue, set_queue_offset, set_region,
+     set_trace_on, set_transaction_id) = _SEND_RESULT_SETTERS
+    set_status(result, status)
+    set_msg_id(result, msg_id)
+    set_offset_msg_id(result, offset_msg_id)
+    set_queue(result, queue)
+    set_queue_offset(result, queue_offset)
+    set_region(result, region)
+    set_trace_on(result, trace_on)
+    set_transaction_id(result, transaction_id)
+    return result
+
+
 class PullStatus(enum.Enum):
     """Outcome of one PULL_MESSAGE (docs/protocol.md §4.4 code mapping)."""
 

@@ -48,6 +48,7 @@ from tidemq.client.message import (
     SendResult,
     SendStatus,
     check_properties_size,
+    new_send_result,
     validate_message,
 )
 from tidemq.client.queue_selection import (
@@ -71,7 +72,7 @@ from tidemq.client.tracer import Tracer
 from tidemq.errors import RemoteProtocolError
 from tidemq.limits import MESSAGE_BODY_SIZE_MAX, group_name_problem
 from tidemq.protocol.codes import RequestCode, ResponseCode
-from tidemq.protocol.command import RemotingCommand
+from tidemq.protocol.command import RemotingCommand, next_opaque
 from tidemq.protocol.message import (
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_RECONSUME_TIME,
@@ -289,7 +290,8 @@ class Producer(ClientLifecycle):
         if unique_key is None:
             unique_key = properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = new_unique_key()
         topic = message.topic
-        retry_fields = _retry_header_fields(properties) if topic.startswith(RETRY_PREFIX) else {}
+        retry_fields = (_retry_header_fields(properties) if topic.startswith(RETRY_PREFIX)
+                        else None)
         body, sysflag = self._maybe_compress(message.body)
         properties_text = encode_properties(properties)
         if len(properties_text) > _PROPERTIES_CHARS_ALWAYS_OK:
@@ -304,8 +306,9 @@ class Producer(ClientLifecycle):
             "g": str(time.time_ns() // 1_000_000),
             "h": str(message.flag),
             "i": properties_text,
-            **retry_fields,
         }
+        if retry_fields:
+            fields.update(retry_fields)
         # A reply (request_reply.reply_message) is sent with its own code, so the broker
         # pushes it to its requester.
         code = RequestCode.SEND_REPLY_MESSAGE_V2 if is_reply(message) else (
@@ -525,7 +528,9 @@ class Producer(ClientLifecycle):
                 fields = dict(fields)  # the previous request may still hold the old dict
             fields["e"] = str(target.queue_id)
             fields["n"] = broker_name
-            request = RemotingCommand.request(code, fields, body)
+            # ``fields`` is this attempt's own dict (copied above for a retry): the request
+            # takes it as it is instead of copying it as RemotingCommand.request does.
+            request = RemotingCommand(code, next_opaque(), 0, None, fields, body)
             started = loop.time()
             try:
                 response = await remoting.invoke(address, request, remaining_ms)
@@ -540,7 +545,7 @@ class Producer(ClientLifecycle):
             status = _STORED_STATUS.get(response.code)
             if status is not None:
                 self.faults.record_latency(broker_name, (loop.time() - started) * 1000)
-                return _send_result(status, response, msg_id, topic, broker_name, address)
+                return _send_result(status, response, msg_id, topic, target, address)
             error = BrokerRejected(
                 f"send to topic {topic!r} queue {target.queue_id}", response.code,
                 response.remark, f"{broker_name} ({address})",
@@ -723,9 +728,11 @@ def _send_result(
     response: RemotingCommand,
     msg_id: str,
     topic: str,
-    broker_name: str,
+    target: MessageQueue,
     address: str,
 ) -> SendResult:
+    """The result of a send to ``target`` (a queue of ``topic``) the broker answered with
+    ``response``, a stored code."""
     ext = response.ext_fields or {}
     try:
         queue_id = int(ext["queueId"])
@@ -733,15 +740,13 @@ def _send_result(
         offset_msg_id = ext["msgId"]
     except (KeyError, ValueError) as e:
         raise RemoteProtocolError(
-            f"send response from {broker_name} ({address}) lacks a valid {e} header field"
+            f"send response from {target.broker_name} ({address}) lacks a valid {e} header "
+            "field"
         ) from None
-    return SendResult(
-        status=status,
-        msg_id=msg_id,
-        offset_msg_id=offset_msg_id,
-        queue=MessageQueue(topic, broker_name, queue_id),
-        queue_offset=queue_offset,
-        region=ext.get("MSG_REGION"),
-        trace_on=ext.get("TRACE_ON", "true") != "false",
-        transaction_id=ext.get("transactionId"),
+    # The broker names the queue it was asked for: the target itself, unless it said another.
+    queue = (target if queue_id == target.queue_id and target.topic == topic
+             else MessageQueue(topic, target.broker_name, queue_id))
+    return new_send_result(
+        status, msg_id, offset_msg_id, queue, queue_offset, ext.get("MSG_REGION"),
+        ext.get("TRACE_ON", "true") != "false", ext.get("transactionId"),
     )

@@ -94,3 +94,17 @@ def test_batch_send_result_splits_ids_per_message():
     result = SendResult(SendStatus.SEND_OK, "K1,K2", "O1,O2", MessageQueue("T", "b", 0), 10)
     assert result.msg_ids == ["K1", "K2"]
     assert result.offset_msg_ids == ["O1", "O2"]
+
+
+def test_a_send_result_made_by_its_setters_is_the_one_its_constructor_makes():
+    from dataclasses import FrozenInstanceError
+
+    from tidemq.client.message import new_send_result
+
+    queue = MessageQueue("Orders", "broker-a", 3)
+    values = (SendStatus.FLUSH_DISK_TIMEOUT, "K1", "O1", queue, 42, "eu", False, "tx-1")
+    made = new_send_result(*values)
+    built = SendResult(*values)
+    assert made == built and hash(made) == hash(built) and repr(made) == repr(built)
+    with pytest.raises(FrozenInstanceError):
+        made.queue_offset = 43  # type: ignore[misc]

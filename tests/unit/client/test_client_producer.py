@@ -50,6 +50,29 @@ def test_send_stores_message_with_properties_and_reports_where(run):
     run(main())
 
 
+def test_send_result_names_the_queue_the_broker_answered_for(run):
+    # The result's queue is the one the broker names; a broker naming another queue than
+    # the one asked for (none does, but the answer is what counts) is believed.
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("Orders", cluster.brokers)
+            broker = cluster.brokers[0]
+            answer = broker.on_send
+
+            async def on_send(request, connection):
+                response = await answer(request, connection)
+                response.ext_fields["queueId"] = "7"
+                return response
+
+            broker.server.register(RequestCode.SEND_MESSAGE_V2, on_send)
+            async with producer_for(cluster) as producer:
+                results = [await producer.send(Message("Orders", b"x")) for _ in range(2)]
+        assert [result.queue for result in results] == [MessageQueue("Orders", "broker-a", 7)] * 2
+        assert len({request.ext_fields["e"] for request in broker.sends}) == 2  # asked: 2 queues
+
+    run(main())
+
+
 def test_sends_go_round_robin_over_all_queues(run):
     async def main():
         async with FakeCluster(2) as cluster:
