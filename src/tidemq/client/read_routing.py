@@ -69,8 +69,14 @@ class ReadRouting:
 
     def candidates(self, queue: MessageQueue) -> list[tuple[int, str]]:
         """``(broker id, address)`` of ``queue``'s broker group in the order to try."""
-        addresses = self._instance.broker_addresses.get(queue.broker_name) or {}
-        wanted = self._suggested.get(queue, MASTER_ID)
+        addresses = self._instance.broker_addresses.get(queue.broker_name)
+        if not addresses:
+            return []
+        if len(addresses) == 1:
+            # A master alone (the common case) has nothing to order: every pull of a consumer
+            # asks this, and the ordering below cost ~6 us of its ~30 us fixed cost.
+            return list(addresses.items())
+        wanted = self._suggested.get(queue, MASTER_ID) if self._suggested else MASTER_ID
         ordered = sorted(addresses.items(), key=lambda item: (item[0] != wanted, item[0]))
         now = self._clock()
         up = [item for item in ordered if self._down_until.get(item[1], 0.0) <= now]
@@ -79,7 +85,8 @@ class ReadRouting:
     def suggest(self, queue: MessageQueue, broker_id: int) -> None:
         """Record a pull answer's suggestWhichBrokerId for the next pull of ``queue``."""
         if broker_id == MASTER_ID:
-            self._suggested.pop(queue, None)
+            if self._suggested:  # usually empty: no queue hash per pull
+                self._suggested.pop(queue, None)
         else:
             self._suggested[queue] = broker_id
 
@@ -112,7 +119,8 @@ class ReadRouting:
                 self._down_until[address] = self._clock() + DOWN_BACKOFF_S
                 failure = e
                 continue
-            self._down_until.pop(address, None)
+            if self._down_until:
+                self._down_until.pop(address, None)
             return result
         assert failure is not None
         raise failure

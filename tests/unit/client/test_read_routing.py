@@ -83,6 +83,22 @@ def test_a_group_without_master_is_read_from_its_slave():
     assert asyncio.run(routing.call(QUEUE, read)) == SLAVE
 
 
+def test_a_lone_master_is_tried_again_at_once_after_failing_and_whatever_is_suggested():
+    # The one-address shortcut of ``candidates`` (every pull asks it) keeps the rules: the
+    # only address is tried even inside its back-off, and a suggestion changes nothing.
+    clock = Clock()
+    routing = ReadRouting(FakeInstance({0: MASTER}), clock)
+    down = {MASTER}
+    read, calls = reader(down)
+    with pytest.raises(RemotingError, match="10911"):
+        asyncio.run(routing.call(QUEUE, read))
+    down.clear()
+    routing.suggest(QUEUE, 1)
+    assert routing.candidates(QUEUE) == [(0, MASTER)]
+    assert asyncio.run(routing.call(QUEUE, read)) == MASTER
+    assert calls == [MASTER, MASTER]
+
+
 def test_every_address_failing_raises_the_last_error_and_no_route_is_named():
     routing = ReadRouting(FakeInstance({0: MASTER, 1: SLAVE}), Clock())
     read, _ = reader({MASTER, SLAVE})
