@@ -26,12 +26,15 @@ a transactional one (TRAN_MSG) is stored as a half until its producer ends it
 (broker/transaction/). The response names the queue the producer chose, not the schedule or
 half queue, as RocketMQ's does.
 
-A batch body (§6.5) becomes one ``put_messages`` call: each entry gets the batch-level
+A batch body (§6.5) becomes one ``MessageBatch``: each entry gets the batch-level
 properties (header ``i``) and CLUSTER appended; batches cannot be delayed or sent to a retry
-topic (MESSAGE_ILLEGAL). A batch whose batch-level properties say TRAN_MSG=true (a tidemq
-extension, sent by the exactly-once Spark sink) is stored as half messages in one put by
-``ExactlyOnceService.prepare_batch`` (broker/exactly_once/); the transactional sysflag
-without TRAN_MSG is refused.
+topic (MESSAGE_ILLEGAL). The batches served in one loop iteration are appended together, at
+its end (batch_appender.py), each answered with its own offsets and msg ids; a direct store
+write for a send (a single message, a batch outside the column path) appends the queued
+batches first, so the store sees the sends in the order they were served. A batch whose
+batch-level properties say TRAN_MSG=true (a tidemq extension, sent by the exactly-once Spark
+sink) is stored as half messages in one put by ``ExactlyOnceService.prepare_batch``
+(broker/exactly_once/); the transactional sysflag without TRAN_MSG is refused.
 
 Under SYNC_FLUSH the response waits for the store's durable future (group commit), at most
 ``syncFlushTimeout``; past it the answer is FLUSH_DISK_TIMEOUT (10), which clients count as
@@ -55,6 +58,7 @@ import random
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
+from tidemq.broker.batch_appender import BatchAppender
 from tidemq.broker.config import PERM_READ, PERM_WRITE
 from tidemq.broker.exactly_once.records import EOS_COMMIT_DROPPED
 from tidemq.broker.schedule_service import PROPERTY_DELAY_QUEUE_OFFSET, redirect_delayed
@@ -139,6 +143,14 @@ _SPECIAL_DELIVERY_KEYS = frozenset(
 class _Stored(NamedTuple):
     result: PutResult
     wait: bool  # the producer asked to be answered only once the message is durable
+    queue_id: int
+
+
+class _QueuedBatch(NamedTuple):
+    """A batch send checked and shaped, queued for the iteration's append."""
+
+    result: asyncio.Future[PutResult]
+    wait: bool
     queue_id: int
 
 
@@ -234,6 +246,7 @@ class SendMessageProcessor:
         self._exactly_once = exactly_once
         self._pull_holds = pull_holds
         self._random = random.Random()
+        self._batches = BatchAppender(store, stats, self._batch_refusal)
 
     def register(self, server: RemotingServer) -> None:
         """Register the send handlers on ``server``."""
@@ -251,7 +264,7 @@ class SendMessageProcessor:
             header = SendMessageRequestHeader.from_ext_fields(request.ext_fields, request.code)
             is_batch = request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
             if is_batch:
-                stored = self._put_batch(header, request, connection)
+                stored = await _appended(self._put_batch(header, request, connection))
             else:
                 stored = self._put_single(header, request, connection)
         except HeaderFieldError as exc:
@@ -269,18 +282,16 @@ class SendMessageProcessor:
         """Answer send requests that arrived together, in order: the responses ``handle``
         would give one by one, with the single messages stored in one append (module
         docstring). Never raises for bad input."""
-        outcomes: list[_Stored | RemotingCommand | None] = []
+        outcomes: list[_Stored | _QueuedBatch | RemotingCommand | None] = []
         singles: list[_Single] = []
         # Topics that passed the broker- and topic-wide checks for an earlier send of this
         # group; nothing else runs on the loop until the next await, which clears it.
         checked_topics: dict[str, TopicConfig] = {}
-        for position, request in enumerate(requests):
+        for request in requests:
             try:
                 header = SendMessageRequestHeader.from_ext_fields(request.ext_fields, request.code)
                 if request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
                     self._put_singles(singles, outcomes)  # the batch keeps its place in order
-                    if position:
-                        await asyncio.sleep(0)
                     checked_topics.clear()
                     outcomes.append(self._put_batch(header, request, connection))
                 else:
@@ -300,6 +311,8 @@ class SendMessageProcessor:
         responses: list[RemotingCommand | None] = []
         role = self._role
         for request, outcome in zip(requests, outcomes, strict=True):
+            if isinstance(outcome, _QueuedBatch):
+                outcome = await _appended(outcome)
             if isinstance(outcome, _Stored):
                 result = outcome.result
                 status = role.stored_status_now(result) if outcome.wait else result.status
@@ -465,10 +478,16 @@ class SendMessageProcessor:
 
     # -- single ----------------------------------------------------------------------------
 
+    def _batch_refusal(self) -> str | None:
+        # Checked again when the queued batches are appended: the role may have switched
+        # since their requests were checked.
+        return self._role.write_refusal("sends")
+
     def _put_single(
         self, header: SendMessageRequestHeader, request: RemotingCommand, connection: Connection
     ) -> _Stored:
         single = self._prepare_single(header, request, connection, 0)
+        self._batches.flush()  # the batches served before it first
         started = time.monotonic()
         result = self._store.put_message(single.message)
         self._count(result, started, header.topic)
@@ -480,6 +499,7 @@ class SendMessageProcessor:
         """Store the prepared single messages in one group; fill in their outcomes."""
         if not singles:
             return
+        self._batches.flush()  # the batches served before them first
         started = time.monotonic()
         results = self._store.put_message_group([single.message for single in singles])
         elapsed_s = time.monotonic() - started
@@ -584,7 +604,13 @@ class SendMessageProcessor:
 
     def _put_batch(
         self, header: SendMessageRequestHeader, request: RemotingCommand, connection: Connection
-    ) -> _Stored:
+    ) -> _Stored | _QueuedBatch:
+        """Check and shape a batch send; queue it for the iteration's append (the column
+        path), or store it now (a prepared batch, or entries that need dicts).
+
+        Raises:
+            SendRefused: a check failed.
+        """
         body = request.body or b""
         topic = header.topic
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -636,18 +662,21 @@ class SendMessageProcessor:
                 topic, queue_id, columns, batch_properties, sysflag, born_timestamp, born_host,
                 reconsume_times,
             )
+        if merged is not None:
+            batch = MessageBatch(
+                topic, queue_id, columns.bodies, merged.properties, columns.flags, merged.tags,
+                merged.keys, sysflag, born_timestamp, born_host, reconsume_times,
+            )
+            if not prepared:
+                return _QueuedBatch(self._batches.put(batch), wait, queue_id)
+        self._batches.flush()  # the batches served before it first
         started = time.monotonic()
         if merged is None:
             result = (exactly_once.prepare_batch(messages) if prepared
                       else self._store.put_messages(messages))
         else:
-            batch = MessageBatch(
-                topic, queue_id, columns.bodies, merged.properties, columns.flags, merged.tags,
-                merged.keys, sysflag, born_timestamp, born_host, reconsume_times,
-            )
-            result = (exactly_once.prepare_columns(batch, batch_properties,
-                                                   merged.without_dropped) if prepared
-                      else self._store.put_batch(batch))
+            result = exactly_once.prepare_columns(batch, batch_properties,
+                                                  merged.without_dropped)
         self._count(result, started, topic)
         return _Stored(result, wait, queue_id)
 
@@ -704,6 +733,13 @@ class SendMessageProcessor:
                 "each further behind than haMaxGapNotInSync)"
             )
         return RemotingCommand.response_to(request, code, remark, ext_fields)
+
+
+async def _appended(outcome: _Stored | _QueuedBatch) -> _Stored:
+    """The stored outcome of a batch send, once a queued one is appended."""
+    if isinstance(outcome, _Stored):
+        return outcome
+    return _Stored(await outcome.result, outcome.wait, outcome.queue_id)
 
 
 def _batch_messages(

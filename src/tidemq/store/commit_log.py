@@ -74,6 +74,9 @@ _pack_offsets_into = struct.Struct(">qq").pack_into  # QUEUEOFFSET, PHYSICALOFFS
 _pack_int64_into = _INT64.pack_into
 _STORE_TIMESTAMP_POSITION_IPV4 = store_timestamp_position(0)
 _HAS_PWRITE = hasattr(os, "pwrite")  # not on Windows: there appends copy into the mapping
+_HAS_PWRITEV = hasattr(os, "pwritev")
+# Buffers one pwritev takes at most (POSIX IOV_MAX; Linux allows 1024): more go one by one.
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
 BLANK_MARKER_SIZE = 8
 _MIN_RECORD_SIZE = 91
 
@@ -227,14 +230,7 @@ class CommitLog:
                 write. The log is as it was unless the batch spans segments and a later
                 write failed: then ``max_offset`` has moved past the part that was written.
         """
-        last = self.queue.last_file()
-        if last is None:
-            last = self._new_segment(0)
-            self._start_segment(last)
-        elif last.reserved_position < last.file_size:
-            # A segment opened from disk (or extended after a crash): make sure its blocks
-            # are allocated before a write through the mapping could fault on a full disk.
-            last.reserve(last.file_size)
+        last = self._last_segment()
         buffer = batch.buffer
         free = last.free_bytes
         if len(buffer) == free or len(buffer) + BLANK_MARKER_SIZE <= free:
@@ -254,12 +250,61 @@ class CommitLog:
             physical_offsets = self._append_across_segments(
                 batch, last, queue_offsets, store_timestamp
             )
+        self._appended(store_timestamp)
+        return physical_offsets
+
+    def append_many(
+        self, batches: list[EncodedBatch], queue_offsets: list[int], store_timestamp: int
+    ) -> list[list[int]]:
+        """``append`` of several batches of queued records, in order, ``batches[i]``'s first
+        record at QUEUEOFFSET ``queue_offsets[i]``; return each batch's physical offsets.
+
+        When all fit the current segment they go with one ``os.pwritev`` (no copy into one
+        buffer first); otherwise batch by batch as ``append`` writes them.
+
+        Raises:
+            StoreFull / StoreError: as ``append``; batches before the failing one are written.
+        """
+        last = self._last_segment()
+        total = sum(len(batch.buffer) for batch in batches)
+        free = last.free_bytes
+        if total != free and total + BLANK_MARKER_SIZE > free:
+            return [
+                self.append(batch, queue_offset, 1, store_timestamp)
+                for batch, queue_offset in zip(batches, queue_offsets, strict=True)
+            ]
+        base = last.file_from_offset + last.write_position
+        offsets_per_batch: list[list[int]] = []
+        for batch, queue_offset in zip(batches, queue_offsets, strict=True):
+            physical_offsets = list(accumulate(batch.sizes, initial=base))
+            next_base = physical_offsets.pop()
+            self._patch(batch, physical_offsets, base, queue_offset, 1, None)
+            if store_timestamp != batch.store_timestamp:
+                self._patch_timestamps(batch, store_timestamp)
+            offsets_per_batch.append(physical_offsets)
+            base = next_base
+        self._write_many(last, [batch.buffer for batch in batches])
+        self._appended(store_timestamp)
+        return offsets_per_batch
+
+    def _last_segment(self) -> MappedFile:
+        """The segment appends go to, created (the first) or reserved (one from disk)."""
+        last = self.queue.last_file()
+        if last is None:
+            last = self._new_segment(0)
+            self._start_segment(last)
+        elif last.reserved_position < last.file_size:
+            # A segment opened from disk (or extended after a crash): make sure its blocks
+            # are allocated before a write through the mapping could fault on a full disk.
+            last.reserve(last.file_size)
+        return last
+
+    def _appended(self, store_timestamp: int) -> None:
         self.last_store_timestamp = store_timestamp
         if self.allocator is not None:
             self.allocator.note_written(self.queue.last_file().write_position)  # type: ignore[union-attr]
             if not self._next_segment_requested:
                 self.request_next_segment()
-        return physical_offsets
 
     @staticmethod
     def _patch(
@@ -387,6 +432,27 @@ class CommitLog:
         if written != len(data):
             raise StoreError(
                 f"short write to {mapped.path}: {written} of {len(data)} bytes at {position}"
+            )
+        mapped.write_position = position + written
+
+    def _write_many(self, mapped: MappedFile, buffers: list[bytearray]) -> None:
+        """``_write`` of the buffers one after the other, with one system call."""
+        if mapped.path is None or not _HAS_PWRITEV or len(buffers) > _IOV_MAX:
+            for buffer in buffers:
+                self._write(mapped, buffer)
+            return
+        writer = self._writer
+        if writer is None or writer[0] is not mapped:
+            writer = self._open_writer(mapped)
+        position = mapped.write_position
+        size = sum(map(len, buffers))
+        try:
+            written = os.pwritev(writer[1], buffers, position)
+        except OSError as e:
+            raise StoreError(f"cannot write {size} bytes to {mapped.path}: {e}") from e
+        if written != size:
+            raise StoreError(
+                f"short write to {mapped.path}: {written} of {size} bytes at {position}"
             )
         mapped.write_position = position + written
 

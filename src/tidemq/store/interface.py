@@ -240,6 +240,14 @@ class MessageStore(abc.ABC):
         ``put_messages``."""
         return self.put_messages(batch.to_store_messages())
 
+    def put_batches(self, batches: Sequence[MessageBatch]) -> list[PutResult]:
+        """Append batches (each of one queue, as ``put_batch`` takes it) in order, as if
+        ``put_batch`` were called for each; one result per batch, each with its own queue
+        offsets and msg ids. A store may append them in one pass (one commit-log write, one
+        dispatch); a batch it refuses gets its own status while the others are stored.
+        This default puts them one by one."""
+        return [self.put_batch(batch) for batch in batches]
+
     @abc.abstractmethod
     def get_messages(
         self,

@@ -43,6 +43,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Collection, Sequence
+from itertools import chain
 from typing import Any
 
 from tidemq.errors import StoreError, StoreFull
@@ -274,6 +275,85 @@ class StoreCore(MessageStore):
             return self._put(batch.to_store_messages())
         return self._append(encoded, msg_ids=msg_ids)
 
+    def put_batches(self, batches: Sequence[MessageBatch]) -> list[PutResult]:
+        """Append batches given in columns together (see ``MessageStore.put_batches``)."""
+        if len(batches) == 1:
+            return [self.put_batch(batches[0])]
+        if self._write_refusal() is not None:
+            return [self._unavailable() for _ in batches]
+        encoding = self._encoding()
+        encoded: list[EncodedBatch | EncodeRejected | None] = []
+        for batch in batches:
+            try:
+                encoded.append(encode_message_batch(batch, **encoding))
+            except EncodeRejected as e:
+                encoded.append(e)
+        if all(isinstance(item, EncodedBatch) and item.queued and item.topic == batches[0].topic
+               for item in encoded):
+            return self._append_many(encoded)  # type: ignore[arg-type]  # all EncodedBatch
+        # Anything else batch by batch, in order, as put_batch answers each.
+        results: list[PutResult] = []
+        for batch, item in zip(batches, encoded, strict=True):
+            if isinstance(item, EncodeRejected):
+                results.append(PutResult(item.status, item.remark))
+            elif item is None:
+                results.append(self._put(batch.to_store_messages()))
+            else:
+                results.append(self._append(item))
+        return results
+
+    def _append_many(self, batches: list[EncodedBatch]) -> list[PutResult]:
+        """Append queued batches of one topic in one commit-log write (theory, step 2 and
+        3): each batch's queue offsets follow the batches before it in the same queue; one
+        consume-queue put per batch, one index put for all."""
+        topic = batches[0].topic
+        with self._append_lock:
+            if self._closed or self._not_writable_reason is not None:
+                return [self._unavailable() for _ in batches]
+            next_offsets: dict[int, int] = {}  # queue id -> its next queue offset
+            queue_counts: Counter[int] = Counter()
+            queue_offsets: list[int] = []
+            for batch in batches:
+                queue_id = batch.queue_id
+                queue_offset = next_offsets.get(queue_id)
+                if queue_offset is None:
+                    queue_offset = self.queues.get_or_create(topic, queue_id).max_offset
+                queue_offsets.append(queue_offset)
+                next_offsets[queue_id] = queue_offset + len(batch.sizes)
+                queue_counts[queue_id] += len(batch.sizes)
+            store_timestamp = max(batches[0].store_timestamp,
+                                  self.commit_log.last_store_timestamp)
+            log_end = self.commit_log.max_offset()
+            try:
+                for queue_id, count in queue_counts.items():
+                    self.queues.get_or_create(topic, queue_id).ensure_room(count)
+                for batch in batches:
+                    self._ensure_index_room(batch)
+                offsets_per_batch = self.commit_log.append_many(
+                    batches, queue_offsets, store_timestamp)
+            except StoreError as e:
+                return [self._append_failed(batches[0], log_end, e)] * len(batches)
+            self._dispatch_many(batches, queue_offsets, offsets_per_batch, store_timestamp)
+            end_offset = self.commit_log.max_offset()
+        for queue_id, max_offset in next_offsets.items():
+            self._notify(topic, queue_id, max_offset)
+        durable = self._group_commit.request(end_offset) if self._group_commit else None
+        prefix = self._msg_id_prefix
+        return [
+            PutResult(
+                status=PutStatus.PUT_OK,
+                physical_offset=physical_offsets[0],
+                wrote_bytes=len(batch.buffer),
+                queue_offset=queue_offset,
+                msg_ids=_offset_msg_ids(prefix, physical_offsets),
+                store_timestamp=store_timestamp,
+                message_count=len(batch.sizes),
+                durable=durable,
+            )
+            for batch, queue_offset, physical_offsets in zip(
+                batches, queue_offsets, offsets_per_batch, strict=True)
+        ]
+
     def _append(self, batch: EncodedBatch, *, msg_ids: bool = True) -> PutResult:
         """Append records of one queue encoded outside the lock (theory, step 2 and 3)."""
         count = len(batch.sizes)
@@ -377,6 +457,55 @@ class StoreCore(MessageStore):
         except StoreError as e:
             # The records are in the commit log, the only truth, and recovery rebuilds what
             # failed here; but appending on would let queue offsets and the queues diverge.
+            self._not_writable_reason = f"dispatch failed ({e}); restart the broker to rebuild"
+            logger.error("store stops taking writes: %s", self._not_writable_reason)
+
+    def _dispatch_many(
+        self,
+        batches: list[EncodedBatch],
+        queue_offsets: list[int],
+        offsets_per_batch: list[list[int]],
+        store_timestamp: int,
+    ) -> None:
+        # ``_dispatch`` of each batch, but the index keys of all of them in one put (their
+        # columns hash together); batches of ``_append_many``: queued (so indexed too), one
+        # topic, no delays.
+        dispatch_batches = [
+            DispatchBatch(
+                topic=batch.topic,
+                queue_id=batch.queue_id,
+                queue_offset=queue_offset,
+                physical_offsets=physical_offsets,
+                sizes=batch.sizes,
+                tag_codes=batch.tag_codes,  # type: ignore[arg-type]  # no delays: no None
+                keys=None,
+                store_timestamp=store_timestamp,
+                queued=True,
+                indexed=False,
+            )
+            for batch, queue_offset, physical_offsets in zip(
+                batches, queue_offsets, offsets_per_batch, strict=True)
+        ]
+        if all(batch.keys is not None for batch in batches):  # None: the index is off
+            first = batches[0]
+            dispatch_batches.append(DispatchBatch(
+                topic=first.topic,
+                queue_id=first.queue_id,
+                queue_offset=queue_offsets[0],
+                physical_offsets=list(chain.from_iterable(offsets_per_batch)),
+                sizes=[],
+                tag_codes=[],
+                keys=list(chain.from_iterable(batch.keys for batch in batches)),  # type: ignore[misc]
+                store_timestamp=store_timestamp,
+                queued=False,
+                indexed=True,
+            ))
+        try:
+            for dispatch_batch in dispatch_batches:
+                for dispatcher in self._dispatchers:
+                    dispatcher.dispatch(dispatch_batch)
+            self.last_dispatched_timestamp = store_timestamp
+        except StoreError as e:
             self._not_writable_reason = f"dispatch failed ({e}); restart the broker to rebuild"
             logger.error("store stops taking writes: %s", self._not_writable_reason)
 

@@ -166,3 +166,85 @@ def test_sends_over_the_network_that_arrive_together_are_all_stored(broker, serv
         assert [record.body for record in records] == [
             f"m{n}".encode() for n in range(count) if n % 4 == queue_id
         ]
+
+
+# -- batches served in one loop iteration: one append (broker/batch_appender.py) -------------
+
+
+def count_put_batches(broker) -> list[int]:
+    """The number of batches of each ``put_batches`` call the broker makes from now on."""
+    calls: list[int] = []
+    real = broker.store.put_batches
+
+    def counted(batches):
+        calls.append(len(batches))
+        return real(batches)
+
+    broker.store.put_batches = counted
+    return calls
+
+
+def serve_tasks(broker, *groups):
+    """Each group served by its own task, as the dispatcher serves one read's groups."""
+    async def scenario():
+        peer = FakePeer(PEER)
+        return await asyncio.gather(
+            *(broker.send_processor.handle_group(group, peer) for group in groups))
+
+    return asyncio.run(scenario())
+
+
+def test_batches_of_one_iteration_are_appended_together_each_with_its_own_answer(broker):
+    with_topic(broker, "Orders")
+    calls = count_put_batches(broker)
+    shapes = [(0, 3), (1, 2), (0, 4)]  # (queue id, messages)
+    groups = [[batch_request("Orders", [f"q{q}m{n}".encode() for n in range(count)], q)]
+              for q, count in shapes]
+
+    answered = [group[0] for group in serve_tasks(broker, *groups)]
+
+    assert calls == [3]
+    assert [r.code for r in answered] == [ResponseCode.SUCCESS] * 3
+    assert [int(r.ext_fields["queueOffset"]) for r in answered] == [0, 0, 3]
+    for queue_id in (0, 1):
+        records = stored(broker, "Orders", queue_id)
+        expected = [f"q{q}m{n}".encode() for q, count in shapes if q == queue_id
+                    for n in range(count)]
+        assert [record.body for record in records] == expected
+        ids = ",".join(r.ext_fields["msgId"] for (q, _), r in zip(shapes, answered, strict=True)
+                       if q == queue_id).split(",")
+        assert [decode_offset_msg_id(i)[1] for i in ids] == [
+            record.physical_offset for record in records]
+
+
+def test_a_single_send_between_batches_is_stored_in_its_place(broker):
+    with_topic(broker, "Orders")
+    calls = count_put_batches(broker)
+    first = [batch_request("Orders", [b"b1", b"b2"], 0)]
+    single = [send_request("Orders", b"single", queue_id=0)]
+    last = [batch_request("Orders", [b"b3"], 0)]
+
+    answered = serve_tasks(broker, first, single, last)
+
+    assert [group[0].code for group in answered] == [ResponseCode.SUCCESS] * 3
+    assert [record.body for record in stored(broker, "Orders", 0)] == [
+        b"b1", b"b2", b"single", b"b3"]
+    assert calls == [1, 1]  # the first batch was appended before the single send
+
+
+def test_batches_queued_before_the_broker_stops_taking_writes_are_refused(broker):
+    with_topic(broker, "Orders")
+
+    async def scenario():
+        peer = FakePeer(PEER)
+        served = asyncio.ensure_future(broker.send_processor.handle_group(
+            [batch_request("Orders", [b"m"], 0)], peer))
+        await asyncio.sleep(0)  # served and queued; appended at the end of the next iteration
+        broker.role.fence("a newer master took over")
+        return await served
+
+    (answer,) = asyncio.run(scenario())
+
+    assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert "a newer master took over" in answer.remark
+    assert stored(broker, "Orders", 0) == []
