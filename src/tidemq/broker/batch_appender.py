@@ -43,13 +43,17 @@ class BatchAppender:
         refusal: why writes are not taken now (a role switch since the batches' requests
             were checked), or None; asked at each append. A refusal answers every queued
             batch SERVICE_NOT_AVAILABLE with it, and nothing is written.
+        appended: called after each append, before any of its sends is answered (the
+            broker answers the long polls the append woke first).
     """
 
     def __init__(self, store: MessageStore, stats: BrokerStats,
-                 refusal: Callable[[], str | None] = lambda: None) -> None:
+                 refusal: Callable[[], str | None] = lambda: None,
+                 appended: Callable[[], None] = lambda: None) -> None:
         self._store = store
         self._stats = stats
         self._refusal = refusal
+        self._appended = appended
         self._pending: list[tuple[MessageBatch, asyncio.Future[PutResult]]] = []
 
     def put(self, batch: MessageBatch) -> asyncio.Future[PutResult]:
@@ -83,6 +87,7 @@ class BatchAppender:
                 if not future.done():
                     future.set_exception(exc)
             return
+        self._appended()
         elapsed_s = time.monotonic() - started
         elapsed_ms = int(elapsed_s * 1000)
         stats = self._stats

@@ -246,7 +246,7 @@ class SendMessageProcessor:
         self._exactly_once = exactly_once
         self._pull_holds = pull_holds
         self._random = random.Random()
-        self._batches = BatchAppender(store, stats, self._batch_refusal)
+        self._batches = BatchAppender(store, stats, self._batch_refusal, self._wake_consumers)
 
     def register(self, server: RemotingServer) -> None:
         """Register the send handlers on ``server``."""
