@@ -195,3 +195,32 @@ def test_index_keys_are_the_unique_key_then_each_non_empty_keys_token() -> None:
     assert index_keys({"KEYS": "a"}) == ["a"]
     assert index_keys({"UNIQ_KEY": "", "KEYS": ""}) == []
     assert index_keys({}) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    count=st.integers(1, 20),
+    flags=st.lists(st.integers(-(2**31), 2**31 - 1), min_size=20, max_size=20),
+    sysflag=st.sampled_from([0, 2, 8, 2 | 8]),  # multi tags, committed
+    born_timestamp=st.integers(0, 2**63 - 1),
+    born_port=st.integers(0, 65535),
+    reconsume_times=st.integers(0, 2**31 - 1),
+)
+def test_put_batch_fields_are_stored_as_put_messages_stores_them(
+    tmp_path_factory, count, flags, sysflag, born_timestamp, born_port, reconsume_times
+):
+    # Every field a batch shares is packed once for the batch (record_encoder.py): the
+    # records must still be those put_messages writes message by message.
+    root = tmp_path_factory.mktemp("fields")
+    batch = MessageBatch(
+        "Orders", 0, [bytes([n]) * (n + 1) for n in range(count)],
+        [f"UNIQ_KEY\x01U{n:031d}".encode() for n in range(count)], flags[:count], None,
+        [(f"U{n:031d}",) for n in range(count)], sysflag=sysflag,
+        born_timestamp=born_timestamp, born_host=f"10.0.0.7:{born_port}",
+        reconsume_times=reconsume_times,
+    )
+    with MemoryMessageStore(small_config(root / "a")) as columns, \
+            MemoryMessageStore(small_config(root / "b")) as reference:
+        assert columns.put_batch(batch).status is PutStatus.PUT_OK
+        assert reference.put_messages(batch.to_store_messages()).status is PutStatus.PUT_OK
+        assert raw_records(columns, "Orders", count) == raw_records(reference, "Orders", count)
