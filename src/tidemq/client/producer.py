@@ -530,7 +530,7 @@ class Producer(ClientLifecycle):
             fields["n"] = broker_name
             # ``fields`` is this attempt's own dict (copied above for a retry): the request
             # takes it as it is instead of copying it as RemotingCommand.request does.
-            request = RemotingCommand(code, next_opaque(), 0, None, fields, body)
+            request = RemotingCommand(int(code), next_opaque(), 0, None, fields, body)
             started = loop.time()
             try:
                 response = await remoting.invoke(address, request, remaining_ms)
