@@ -43,7 +43,8 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from tidemq.broker.config import BrokerConfig, BrokerRole
-from tidemq.broker.ha.replication import Replication, answered_status
+from tidemq.broker.ha.flush_waits import Answer, Flushable
+from tidemq.broker.ha.replication import Replication, answer_when_flushed, answered_status
 from tidemq.broker.identity import BrokerIdentity
 from tidemq.store.epochs import EpochFile
 from tidemq.store.interface import PutResult, PutStatus
@@ -182,6 +183,24 @@ class ReplicationRole:
                 result.status is PutStatus.PUT_OK and result.physical_offset < self._changed_at):
             return PutStatus.SERVICE_NOT_AVAILABLE
         return status
+
+    def answer_when_stored(self, result: PutResult, answer: Answer,
+                           loop: asyncio.AbstractEventLoop) -> bool:
+        """``stored_status(result, True)`` given to ``answer`` on ``loop`` the moment the
+        disk's sync is known, for a send whose only wait is that sync (SYNC_FLUSH, no slave
+        to wait for): its response then leaves without waiting for its task's next turn
+        (broker/ha/flush_waits.py). False, and ``answer`` never called, for any other send;
+        the caller awaits ``stored_status`` then."""
+        generation = self.generation
+
+        def checked(status: PutStatus) -> Flushable | None:
+            # The same rule as stored_status's after its wait.
+            if self.generation != generation or result.physical_offset < self._changed_at:
+                status = PutStatus.SERVICE_NOT_AVAILABLE
+            return answer(status)
+
+        return answer_when_flushed(result, self._sync_flush_timeout_s, checked, loop,
+                                   self.replication)
 
     def stored_status_now(self, result: PutResult) -> PutStatus | None:
         """``stored_status(result, True)`` when there is nothing to wait for (a put that

@@ -38,10 +38,15 @@ sink) is stored as half messages in one put by ``ExactlyOnceService.prepare_batc
 
 Under SYNC_FLUSH the response waits for the store's durable future (group commit), at most
 ``syncFlushTimeout``; past it the answer is FLUSH_DISK_TIMEOUT (10), which clients count as
-stored. On a SYNC_MASTER it also waits for a slave's acknowledgement (broker/ha/): past
-``syncFlushTimeout`` FLUSH_SLAVE_TIMEOUT (12), and SLAVE_NOT_AVAILABLE (11) at once when no
-slave is in sync; both are "stored" too (``ReplicationRole.stored_status``). Everything
-runs on the event loop; the store call itself is a quick mmap write.
+stored. Without a slave to wait for, such a send is answered by a ``LaterResponse``: the
+response is written the moment the loop learns of the sync (``ReplicationRole.
+answer_when_stored``, broker/ha/flush_waits.py), each send handler first answering the
+syncs completed while the loop was busy (``settle_ready``), and the responses of one sync
+leave in one write per connection. On a SYNC_MASTER it also waits for a slave's
+acknowledgement (broker/ha/): past ``syncFlushTimeout`` FLUSH_SLAVE_TIMEOUT (12), and
+SLAVE_NOT_AVAILABLE (11) at once when no slave is in sync; both are "stored" too
+(``ReplicationRole.stored_status``). Everything runs on the event loop; the store call
+itself is a quick mmap write.
 
 Sends that arrive in one read (a producer with many in flight) are served by ``handle_group``:
 each is checked and shaped as above, then the single messages go to the store together
@@ -61,6 +66,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from tidemq.broker.batch_appender import BatchAppender
 from tidemq.broker.config import PERM_READ, PERM_WRITE
 from tidemq.broker.exactly_once.records import EOS_COMMIT_DROPPED
+from tidemq.broker.ha.flush_waits import settle_ready
 from tidemq.broker.schedule_service import PROPERTY_DELAY_QUEUE_OFFSET, redirect_delayed
 from tidemq.broker.send_back_processor import (
     DLQ_QUEUE_NUMS,
@@ -96,6 +102,7 @@ from tidemq.protocol.message import (
     decode_properties,
 )
 from tidemq.protocol.msgid import new_unique_key, new_unique_keys
+from tidemq.remoting.dispatch import LaterResponse
 from tidemq.store.batch_properties import merge_batch_properties
 from tidemq.store.interface import MessageBatch, PutResult, PutStatus, StoreMessage
 
@@ -257,8 +264,10 @@ class SendMessageProcessor:
         ):
             server.register(code, self.handle, group_handler=self.handle_group)
 
-    async def handle(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+    async def handle(self, request: RemotingCommand, connection: Connection
+                     ) -> RemotingCommand | LaterResponse:
         """Answer one send request (single or batch). Never raises for bad input."""
+        settle_ready(connection.loop)  # answers of syncs done meanwhile go out first
         ext_fields = self._response_fields()
         try:
             header = SendMessageRequestHeader.from_ext_fields(request.ext_fields, request.code)
@@ -274,15 +283,20 @@ class SendMessageProcessor:
         except SendRefused as refused:
             return RemotingCommand.response_to(request, refused.code, refused.remark, ext_fields)
         self._wake_consumers()
+        if stored.wait and stored.result.status is PutStatus.PUT_OK:
+            later = self._answer_later(request, stored, connection)
+            if later is not None:
+                return later
         return await self._respond(request, stored, ext_fields)
 
     async def handle_group(
         self, requests: list[RemotingCommand], connection: Connection
-    ) -> list[RemotingCommand | None]:
+    ) -> list[RemotingCommand | LaterResponse | None]:
         """Answer send requests that arrived together, in order: the responses ``handle``
         would give one by one, with the single messages stored in one append (module
         docstring). Never raises for bad input."""
-        outcomes: list[_Stored | _QueuedBatch | RemotingCommand | None] = []
+        settle_ready(connection.loop)  # answers of syncs done meanwhile go out first
+        outcomes: list[_Stored | _QueuedBatch | RemotingCommand | LaterResponse | None] = []
         singles: list[_Single] = []
         # Topics that passed the broker- and topic-wide checks for an earlier send of this
         # group; nothing else runs on the loop until the next await, which clears it.
@@ -308,7 +322,7 @@ class SendMessageProcessor:
                 ))
         self._put_singles(singles, outcomes)
         self._wake_consumers()
-        responses: list[RemotingCommand | None] = []
+        responses: list[RemotingCommand | LaterResponse | None] = []
         role = self._role
         for request, outcome in zip(requests, outcomes, strict=True):
             if isinstance(outcome, _QueuedBatch):
@@ -316,13 +330,26 @@ class SendMessageProcessor:
             if isinstance(outcome, _Stored):
                 result = outcome.result
                 status = role.stored_status_now(result) if outcome.wait else result.status
-                outcome = (
-                    self._response(request, outcome, status, self._response_fields())
-                    if status is not None
-                    else await self._respond(request, outcome, self._response_fields())
-                )
+                if status is not None:
+                    outcome = self._response(request, outcome, status, self._response_fields())
+                else:
+                    outcome = (self._answer_later(request, outcome, connection)
+                               or await self._respond(request, outcome, self._response_fields()))
             responses.append(outcome)
         return responses
+
+    def _answer_later(self, request: RemotingCommand, stored: _Stored, connection: Connection
+                      ) -> LaterResponse | None:
+        """The response to a stored send whose only wait is the disk's sync, written when
+        the sync is known (module docstring); None when it has another wait."""
+        later = LaterResponse()
+
+        def answer(status: PutStatus) -> Connection:
+            later.resolve(self._response(request, stored, status, self._response_fields()))
+            return connection
+
+        return later if self._role.answer_when_stored(stored.result, answer,
+                                                      connection.loop) else None
 
     def _wake_consumers(self) -> None:
         # The long polls waiting for what was just stored are answered before the sends

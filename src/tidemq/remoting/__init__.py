@@ -7,7 +7,7 @@ It knows nothing of messages; the broker, name server and client build on it.
 
 from tidemq.remoting.client import RemotingClient
 from tidemq.remoting.connection import Connection, ConnectionEvent, ConnectionListener
-from tidemq.remoting.dispatch import Handler, RequestDispatcher
+from tidemq.remoting.dispatch import Handler, LaterResponse, RequestDispatcher
 from tidemq.remoting.errors import (
     RemotingClosed,
     RemotingConnectError,
@@ -23,6 +23,7 @@ __all__ = [
     "ConnectionEvent",
     "ConnectionListener",
     "Handler",
+    "LaterResponse",
     "RemotingClient",
     "RemotingClosed",
     "RemotingConnectError",

@@ -170,6 +170,11 @@ class Connection(asyncio.Protocol):
         self.closed = asyncio.Event()
         self.close_reason: str | None = None
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this connection runs on."""
+        return self._loop
+
     def __repr__(self) -> str:
         state = "closed" if self.closed.is_set() else "closing" if self._closing else "open"
         return f"<Connection {self.local_address} -> {self.remote_address} {state}>"

@@ -7,7 +7,9 @@ request's opaque, the response flag and the request's serialize type filled in (
 processor contract), so handlers may build responses either with
 ``RemotingCommand.response_to`` or plainly. Returning None means "no response now": the
 handler has answered, or will answer later, with ``connection.send_response`` (RocketMQ's
-suspended pull); for a oneway request nothing is ever sent.
+suspended pull); for a oneway request nothing is ever sent. Returning a ``LaterResponse``
+means "the response comes later, without this task": the request stays counted as running
+until it is resolved.
 
 A code may also have a *group handler*, ``async def group_handler(requests, connection) ->
 list[RemotingCommand | None]``: the requests of that code one read brought (``dispatch_many``)
@@ -57,6 +59,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, request_code_name
@@ -67,10 +70,52 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidemq.remoting")
 
-Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
+
+class LaterResponse:
+    """A response its handler gives after it returned, with no task waiting for it.
+
+    A handler (or group handler) returns one in place of a ``RemotingCommand`` and calls
+    ``resolve(response)`` once the response is known, from a callback on the loop (the
+    broker's SYNC_FLUSH sends: the moment the disk sync is known). The dispatcher writes the
+    response then, into the connection's cork (the resolver flushes the connection once it
+    has answered what it had), and only then finishes the request's bookkeeping: the
+    handler's pending count, the connection's in-flight count and the observer. Why not a
+    task awaiting a future: the task's next step is queued behind every callback already
+    ready, on a busy server a whole read's worth of requests.
+    """
+
+    __slots__ = ("_finish", "_response")
+
+    def __init__(self) -> None:
+        self._finish: Callable[[RemotingCommand], None] | None = None
+        self._response: RemotingCommand | None = None
+
+    def resolve(self, response: RemotingCommand) -> None:
+        """Answer with ``response`` now; a second call is ignored."""
+        finish, self._finish = self._finish, None
+        if finish is not None:
+            finish(response)
+        elif self._response is None:
+            self._response = response  # resolved before the dispatcher took it over
+
+    def on_resolved(self, finish: Callable[[RemotingCommand], None]) -> None:
+        """Call ``finish(response)`` once resolved (at once if it is already): how the
+        dispatcher, or a caller of a handler outside a server, takes the response. One
+        taker only."""
+        response, self._response = self._response, None
+        if response is not None:
+            finish(response)
+        else:
+            self._finish = finish
+
+
+Handler = Callable[
+    [RemotingCommand, "Connection"], Awaitable["RemotingCommand | LaterResponse | None"]
+]
 ImmediateHandler = Callable[[RemotingCommand, "Connection"], "RemotingCommand | None"]
 GroupHandler = Callable[
-    [list[RemotingCommand], "Connection"], Awaitable[list[RemotingCommand | None]]
+    [list[RemotingCommand], "Connection"],
+    Awaitable["list[RemotingCommand | LaterResponse | None]"],
 ]
 Refusal = tuple[int, str]
 
@@ -430,6 +475,7 @@ class RequestDispatcher:
 async def _serve(route: _Route, request: RemotingCommand, connection: Connection,
                  observer: RequestObserver | None = None) -> None:
     started = time.perf_counter() if observer is not None else 0.0
+    later = False
     try:
         try:
             response = await route.handler(request, connection)
@@ -438,11 +484,30 @@ async def _serve(route: _Route, request: RemotingCommand, connection: Connection
                 "handler for %s from %s failed", request.describe(), connection.remote_address
             )
             response = RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=describe_exception(exc))
+        if isinstance(response, LaterResponse):
+            later = True
+            response.on_resolved(partial(_finish_later, route, request, connection, observer,
+                                     started))
+            return
         if response is not None:
             _answer(request, response, connection)
         if observer is not None:
             observer(request.code, NO_RESPONSE if response is None else response.code,
                      time.perf_counter() - started, 1)
+    finally:
+        if not later:
+            route.pending -= 1
+            connection._request_done()
+
+
+def _finish_later(route: _Route, request: RemotingCommand, connection: Connection,
+                  observer: RequestObserver | None, started: float,
+                  response: RemotingCommand) -> None:
+    """What ``_serve`` does after its handler, for a ``LaterResponse`` resolved."""
+    try:
+        _answer(request, response, connection)
+        if observer is not None:
+            observer(request.code, response.code, time.perf_counter() - started, 1)
     finally:
         route.pending -= 1
         connection._request_done()
@@ -475,6 +540,7 @@ async def _serve_group(
     observer: RequestObserver | None = None, flush: bool = True,
 ) -> None:
     started = time.perf_counter() if observer is not None else 0.0
+    later = 0  # requests answered by a LaterResponse: their bookkeeping is _finish_later's
     try:
         try:
             responses = await route.group_handler(requests, connection)  # type: ignore[misc]
@@ -495,7 +561,11 @@ async def _serve_group(
                 RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=remark) for _ in requests
             ]
         for request, response in zip(requests, responses, strict=True):
-            if response is not None:
+            if isinstance(response, LaterResponse):
+                later += 1
+                response.on_resolved(partial(_finish_later, route, request, connection, observer,
+                                         started))
+            elif response is not None:
                 _answer(request, response, connection)
         if observer is not None:
             _observe_group(observer, requests, responses, time.perf_counter() - started)
@@ -504,16 +574,21 @@ async def _serve_group(
         if flush:
             connection._flush()
     finally:
-        route.pending -= len(requests)
-        for _ in requests:
+        served = len(requests) - later
+        route.pending -= served
+        for _ in range(served):
             connection._request_done()
 
 
 def _observe_group(observer: RequestObserver, requests: list[RemotingCommand],
-                   responses: list[RemotingCommand | None], seconds: float) -> None:
-    """One observation per response code of the group (usually one: all succeeded)."""
+                   responses: list[RemotingCommand | LaterResponse | None],
+                   seconds: float) -> None:
+    """One observation per response code of the group (usually one: all succeeded);
+    a ``LaterResponse`` is observed when resolved."""
     codes: dict[int, int] = {}
     for response in responses:
+        if isinstance(response, LaterResponse):
+            continue
         code = NO_RESPONSE if response is None else response.code
         codes[code] = codes.get(code, 0) + 1
     for code, count in codes.items():

@@ -56,7 +56,7 @@ from tidemq.protocol.message import (
     POSITION_QUEUE_OFFSET,
     store_timestamp_position,
 )
-from tidemq.store.flush import sync_mapped_files
+from tidemq.store.flush import SegmentSyncer, sync_mapped_files
 from tidemq.store.mapped_file import MappedFile
 from tidemq.store.mapped_file_queue import MappedFileQueue
 from tidemq.store.record_check import read_store_timestamp
@@ -98,6 +98,8 @@ class CommitLog:
         self.allocator: SegmentAllocator | None = None
         # (segment being written, a descriptor on its file) for _write; None until then.
         self._writer: tuple[MappedFile, int] | None = None
+        # The flush keeps the segment being written open between syncs (flush.SegmentSyncer).
+        self._syncer = SegmentSyncer()
         # Whether the allocator was asked for the segment after the last one.
         self._next_segment_requested = False
         # Damaged ranges recovery found, [start, end) log offsets, sorted and disjoint: never
@@ -577,16 +579,18 @@ class CommitLog:
 
         Appends go on while the disk works (see ``flush.sync_mapped_files``).
         """
-        return sync_mapped_files(self.queue)
+        return sync_mapped_files(self.queue, self._syncer)
 
     def close(self) -> None:
         """Unmap every segment (files stay)."""
         self._close_writer()
+        self._syncer.close()
         self.queue.close()
 
     def truncate(self, physical_offset: int) -> None:
         """Make ``physical_offset`` the end of the log (zero the rest, drop later segments)."""
         self._close_writer()
+        self._syncer.close()
         self.queue.truncate_dirty(physical_offset)
         self._next_segment_requested = False
 

@@ -37,6 +37,7 @@ from tidemq.broker.controller import BrokerController
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.remoting.client import RemotingClient
+from tidemq.remoting.dispatch import LaterResponse
 from tidemq.remoting.server import RemotingServer
 from tidemq.store.config import StoreConfig
 
@@ -61,6 +62,20 @@ class FakePeer:
         self.attributes: dict[str, Any] = {}
         self.on_close: list[Callable[[Any], None]] = []
         self.is_closing = False
+        self.loop = asyncio.get_running_loop()
+
+    def flush(self) -> None:
+        """Nothing is corked here: a handler's responses are returned to the caller."""
+
+
+async def resolved(response: Any) -> Any:
+    """``response`` as the peer gets it: a ``LaterResponse`` (a SYNC_FLUSH send's) once
+    resolved, anything else as it is."""
+    if isinstance(response, LaterResponse):
+        answer: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        response.on_resolved(answer.set_result)
+        return await answer
+    return response
 
 
 class HandlerTable:
@@ -94,7 +109,7 @@ class HandlerTable:
         if request.code in self.immediate and request.code in self.handlers:
             response = handler(request, peer)
         else:
-            response = await handler(request, peer)
+            response = await resolved(await handler(request, peer))
         assert response is not None, f"handler of code {request.code} answered nothing"
         return response
 

@@ -31,6 +31,10 @@ class FakePeer:
         self.attributes: dict = {}
         self.on_close: list = []
         self.is_closing = False
+        self.loop = asyncio.get_running_loop()
+
+    def flush(self) -> None:
+        """Nothing is corked here: a handler's responses are returned to the caller."""
 
 
 HA_FAST = {"ha_send_heartbeat_interval_ms": 200, "ha_housekeeping_interval_ms": 3000}

@@ -11,6 +11,7 @@ from test_send_processor import send_request, stored, with_topic
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.message import BatchEntry, encode_batch_body, encode_properties
 from tidemq.protocol.msgid import decode_offset_msg_id
+from tidemq.remoting.dispatch import LaterResponse
 
 PEER = "127.0.0.1:45678"
 
@@ -23,6 +24,10 @@ class FakePeer:
         self.attributes: dict = {}
         self.on_close: list = []
         self.is_closing = False
+        self.loop = asyncio.get_running_loop()
+
+    def flush(self) -> None:
+        """Nothing is corked here: a handler's responses are returned to the caller."""
 
 
 def batch_request(topic: str, bodies: list[bytes], queue_id: int):
@@ -34,13 +39,27 @@ def batch_request(topic: str, bodies: list[bytes], queue_id: int):
     )
 
 
+async def resolved(response):
+    """A SYNC_FLUSH send's ``LaterResponse`` once resolved; any other response as it is."""
+    if isinstance(response, LaterResponse):
+        answer = asyncio.get_running_loop().create_future()
+        response.on_resolved(answer.set_result)
+        return await answer
+    return response
+
+
 def serve_group(broker, requests):
-    return asyncio.run(broker.send_processor.handle_group(requests, FakePeer(PEER)))
+    async def scenario():
+        responses = await broker.send_processor.handle_group(requests, FakePeer(PEER))
+        return [await resolved(response) for response in responses]
+
+    return asyncio.run(scenario())
 
 
 def serve_one_by_one(broker, requests):
     async def scenario():
-        return [await broker.send_processor.handle(r, FakePeer(PEER)) for r in requests]
+        return [await resolved(await broker.send_processor.handle(r, FakePeer(PEER)))
+                for r in requests]
 
     return asyncio.run(scenario())
 

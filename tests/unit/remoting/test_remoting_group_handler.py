@@ -9,7 +9,7 @@ from remoting_helpers import echo, read_command
 from tidemq.protocol.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.remoting import Connection, RemotingServer
-from tidemq.remoting.dispatch import GROUP_REQUESTS_MAX
+from tidemq.remoting.dispatch import GROUP_REQUESTS_MAX, LaterResponse
 
 SEND = RequestCode.SEND_MESSAGE_V2
 
@@ -218,3 +218,58 @@ async def _first_response(server: RemotingServer, requests: list[RemotingCommand
     writer.close()
     await writer.wait_closed()
     return response
+
+
+
+def test_later_responses_leave_when_resolved_and_count_as_running_until_then(run):
+    # A SYNC_FLUSH broker answers a durable send with a LaterResponse, resolved from a
+    # callback once the disk's sync is known. Until then the request stays counted (the
+    # handler's pending bound, the connection's in-flight) and nothing is written; then the
+    # response leaves as given, observed with its code.
+    later: list[tuple[RemotingCommand, LaterResponse]] = []
+    observed: list[tuple[int, int]] = []
+
+    async def answer_later(request: RemotingCommand, connection: Connection):
+        response = LaterResponse()
+        later.append((request, response))
+        return response
+
+    async def group(requests: list[RemotingCommand], connection: Connection):
+        return [await answer_later(request, connection) for request in requests]
+
+    async def wait_for(condition):
+        async with asyncio.timeout(10):
+            while not condition():
+                await asyncio.sleep(0.01)
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(SEND, answer_later, max_pending=3, group_handler=group)
+            server.set_request_observer(lambda code, answer, seconds, count: observed.append(
+                (answer, count)))
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.bound_ports[0])
+            requests = requests_numbered(3)
+            writer.write(requests[0].encode() + requests[1].encode())  # one read: a group
+            await wait_for(lambda: len(later) == 2)
+            writer.write(requests[2].encode())  # a lone request: the plain handler
+            await wait_for(lambda: len(later) == 3)
+            connection = server.connections[0]
+            running = connection.in_flight
+            writer.write(requests_numbered(1)[0].encode())  # past max_pending=3
+            busy = await asyncio.wait_for(read_command(reader), 10)
+            for request, response in later:
+                response.resolve(RemotingCommand.response_to(
+                    request, ResponseCode.SUCCESS, ext_fields=request.ext_fields))
+            connection.flush()
+            answers = [await asyncio.wait_for(read_command(reader), 10) for _ in range(3)]
+            await wait_for(lambda: connection.in_flight == 0)
+            writer.close()
+            return requests, running, busy, answers
+
+    requests, running, busy, answers = run(main())
+    assert running == 3
+    assert busy.code == ResponseCode.SYSTEM_BUSY  # the first bytes back: nothing left before
+    assert sorted(answer.opaque for answer in answers) == sorted(r.opaque for r in requests)
+    assert all(answer.code == ResponseCode.SUCCESS for answer in answers)
+    assert sorted(observed) == sorted([(ResponseCode.SYSTEM_BUSY, 1)]
+                                      + [(ResponseCode.SUCCESS, 1)] * 3)

@@ -26,7 +26,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from tidemq.broker.config import BrokerConfig, BrokerRole
-from tidemq.broker.ha.flush_waits import durable_status
+from tidemq.broker.ha.flush_waits import Answer, answer_when_durable, durable_status
 from tidemq.broker.ha.master import HAService, HASettings
 from tidemq.broker.ha.master_check import MasterCheck, ReplicaStore
 from tidemq.broker.ha.reconcile import Reconciler
@@ -291,6 +291,22 @@ async def answered_status(result: PutResult, wait: bool, sync_flush_timeout_s: f
         _durable_status(durable, sync_flush_timeout_s), replication.replica_status(result)
     )
     return flushed if flushed is not PutStatus.PUT_OK else replicated
+
+
+def answer_when_flushed(result: PutResult, sync_flush_timeout_s: float, answer: Answer,
+                        loop: asyncio.AbstractEventLoop,
+                        replication: Replication | None = None) -> bool:
+    """``answered_status`` for a waiting send whose only wait is the disk (SYNC_FLUSH,
+    no slave to wait for), given to ``answer`` on ``loop`` the moment the sync is known
+    (flush_waits.py) instead of returned to an awaiting task. False, and ``answer`` never
+    called, when the send has another wait (a SYNC_MASTER) or none: the caller awaits
+    ``answered_status`` then."""
+    durable = result.durable
+    if durable is None or result.status is not PutStatus.PUT_OK or (
+            replication is not None and replication.waits_for_slaves):
+        return False
+    answer_when_durable(durable, sync_flush_timeout_s + _DURABLE_WAIT_MARGIN_S, answer, loop)
+    return True
 
 
 async def _durable_status(durable: Future[PutStatus], timeout_s: float) -> PutStatus:
