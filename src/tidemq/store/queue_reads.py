@@ -7,6 +7,14 @@ segment) that keeps the entries whose tag code is wanted, until ``max_count`` me
 ``max_bytes`` bytes. The records are not decoded: consecutive records of the commit log are
 taken as one memoryview slice of its mapping, and the slices are joined once into the body.
 
+Most pulls want every tag and read a stretch of the queue that fits the byte bound, with no
+filler and nothing below the log's minimum or its verified start: those are read by columns
+(``_collect_all``). The entries' offsets and sizes are unpacked at once, the places where one
+record does not follow the previous one in the log are found with ``map`` (no Python step per
+entry), and each run of adjacent records is checked and sliced as one. Any other case (a tag
+filter, a filler, a removed or unverified record, a run leaving its segment's written part)
+goes through the entry-by-entry loop (``_collect``), which reads it as before.
+
 Searching by time is a binary search over the queue's entries, reading each probed record's
 store time from the commit log (store times grow with the log).
 """
@@ -15,6 +23,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Collection
+from itertools import compress
+from operator import add, ne
 
 from tidemq.protocol.message import POSITION_PHYSICAL_OFFSET
 from tidemq.store.commit_log import CommitLog
@@ -63,12 +73,63 @@ def get_messages(
     if wanted is not None and not isinstance(wanted, (set, frozenset)):
         wanted = frozenset(wanted)
     try:
+        found = (_collect_all(entries, commit_log, max_count, max_bytes) if wanted is None
+                 else None)
+        if found is not None:
+            body, count = found
+            return GetResult(GetStatus.FOUND, offset + count, min_offset, max_offset, body,
+                             count)
         status, body, count, scanned = _collect(
             entries, commit_log, max_count, max_bytes, wanted
         )
     finally:
         entries.release()
     return GetResult(status, offset + scanned, min_offset, max_offset, body, count)
+
+
+def _collect_all(
+    entries: memoryview, commit_log: CommitLog, max_count: int, max_bytes: int
+) -> tuple[bytes, int] | None:
+    """Body and count of the first ``max_count`` entries when all of them are read (no filter),
+    by columns (module docstring); None when one needs the entry-by-entry loop."""
+    head = entries[: max_count * ENTRY_SIZE]
+    try:
+        count = len(head) // ENTRY_SIZE
+        if count == 0:
+            return None
+        columns = struct.unpack(f">{'qi8x' * count}", head)
+    finally:
+        head.release()
+    physical_offsets = columns[0::2]
+    sizes = columns[1::2]
+    # A filler's size is FILLER_SIZE, above any byte bound; an unwritten entry's is 0.
+    if min(sizes) <= 0 or sum(sizes) > max_bytes:
+        return None
+    if min(physical_offsets) < max(commit_log.min_offset(), commit_log.verified_from):
+        return None  # removed by retention, or not verified at open: the loop says which
+    ends = list(map(add, physical_offsets, sizes))
+    # Where a record does not start at the end of the one before it: a run begins there.
+    starts = [0, *compress(range(1, count), map(ne, physical_offsets[1:], ends))]
+    starts.append(count)
+    find_file = commit_log.find_file
+    parts: list[memoryview] = []
+    try:
+        for index in range(len(starts) - 1):
+            run_start = physical_offsets[starts[index]]
+            run_end = ends[starts[index + 1] - 1]
+            mapped = find_file(run_start)
+            if mapped is None:
+                return None
+            base = mapped.file_from_offset
+            if run_end > base + mapped.write_position:
+                return None  # past the written log (or into the next segment)
+            parts.append(mapped.buffer[run_start - base : run_end - base])
+        return b"".join(parts), count
+    except ValueError:
+        return None  # a segment was deleted by retention while we read it: the loop says so
+    finally:
+        for part in parts:
+            part.release()
 
 
 def _collect(

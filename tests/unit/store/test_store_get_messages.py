@@ -8,6 +8,7 @@ import time
 from store_helpers import message
 
 from tidemq.protocol.message import decode_records, tags_code
+from tidemq.store import queue_reads
 from tidemq.store.config import SCHEDULE_TOPIC
 from tidemq.store.file_store import FileMessageStore
 from tidemq.store.interface import GetStatus, PutStatus
@@ -259,3 +260,42 @@ def test_truncate_cuts_the_log_and_the_queues(store):
     assert store.read_message(results[4].physical_offset) is None
     again = store.put_message(message(body=b"new"))
     assert (again.physical_offset, again.queue_offset) == (results[4].physical_offset, 4)
+
+
+def test_reading_by_columns_answers_as_the_entry_by_entry_loop(store, monkeypatch):
+    # Two queues interleaved in runs of 1-5 adjacent records, records of several sizes, over
+    # several 64 KiB segments (a run ends at each segment's blank tail), read at many offsets
+    # with bounds by count and by bytes: the column pass (queue_reads._collect_all) and the
+    # entry-by-entry loop give the same answers.
+    for round_index in range(150):
+        body = b"x" * (100 + 37 * (round_index % 7))
+        for _ in range(round_index % 5 + 1):
+            assert store.put_message(message(queue_id=round_index % 2, body=body)).ok
+    reads = [(queue_id, offset, max_count, max_bytes)
+             for queue_id in (0, 1)
+             for offset in range(0, store.max_offset(TOPIC, queue_id), 5)
+             for max_count, max_bytes in ((1, 1 << 20), (4, 1 << 20), (32, 1 << 20), (32, 900))]
+    taken = []
+    column_pass = queue_reads._collect_all
+
+    def counted(*args):
+        found = column_pass(*args)
+        taken.append(found is not None)
+        return found
+
+    monkeypatch.setattr(queue_reads, "_collect_all", counted)
+    by_columns = [store.get_messages(TOPIC, *read) for read in reads]
+    monkeypatch.setattr(queue_reads, "_collect_all", lambda *args: None)
+    by_entries = [store.get_messages(TOPIC, *read) for read in reads]
+    assert by_columns == by_entries
+    assert {r.status for r in by_columns} == {GetStatus.FOUND}
+    assert sum(taken) > len(reads) // 2  # most reads were by columns (the rest: over max_bytes)
+
+
+def test_reads_the_column_pass_leaves_to_the_loop(store):
+    fill(store, 6)
+    fill(store, 3, queue_id=1)
+    wanted = store.get_messages(TOPIC, 0, 0, 32, 1 << 20, [tags_code("none")])
+    assert (wanted.status, wanted.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, 6)
+    over_bytes = store.get_messages(TOPIC, 0, 0, 32, 10)  # the first alone is over the bound
+    assert (over_bytes.message_count, over_bytes.next_begin_offset) == (1, 1)
