@@ -737,3 +737,32 @@ def test_decode_frame_view_reads_bytes_and_memoryviews_alike():
     assert decode_frame_view(frame, 4, end) == command
     with memoryview(frame) as view:
         assert decode_frame_view(view, 4, end) == command
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    count=st.integers(1, 12),
+    body_length=st.integers(0, 40),
+    properties=st.text(alphabet="ab\x01\x02\u00e9", max_size=12),
+    flags=st.lists(int32, min_size=12, max_size=12),
+    data=st.data(),
+)
+def test_batch_bodies_of_like_entries_decode_as_the_layout_says(count, body_length, properties,
+                                                                flags, data):
+    # Entries of one layout (same body and properties lengths) are cut as a run
+    # (message.py's _decode_same_layout); a corrupted one must come out as the model says.
+    entries = [BatchEntry(bytes([n]) * body_length, properties, flags[n]) for n in range(count)]
+    body = bytearray(encode_batch_body(entries))
+    corrupt = data.draw(st.booleans())
+    if corrupt:
+        for _ in range(data.draw(st.integers(1, 2))):
+            at = data.draw(st.integers(0, len(body) - 1))
+            body[at] = data.draw(st.integers(0, 255))
+        if data.draw(st.booleans()):
+            del body[data.draw(st.integers(0, len(body))) :]
+    body = bytes(body)
+    expected = outcome(model_decode_batch_body, body)
+    if not corrupt:
+        assert expected == entries
+    assert outcome(decode_batch_body, body) == expected
+    assert outcome(decode_batch_body, memoryview(body)) == expected
