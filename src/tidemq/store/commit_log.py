@@ -257,24 +257,24 @@ class CommitLog:
 
     def append_many(
         self, batches: list[EncodedBatch], queue_offsets: list[int], store_timestamp: int
-    ) -> list[list[int]]:
+    ) -> list[list[int]] | None:
         """``append`` of several batches of queued records, in order, ``batches[i]``'s first
         record at QUEUEOFFSET ``queue_offsets[i]``; return each batch's physical offsets.
 
-        When all fit the current segment they go with one ``os.pwritev`` (no copy into one
-        buffer first); otherwise batch by batch as ``append`` writes them.
+        Only when all fit the current segment: they go with one ``os.pwritev`` (no copy into
+        one buffer first). Otherwise nothing is written and the answer is None: the caller
+        appends them one by one, so that a batch refused for want of a new segment (a full
+        disk) is refused alone, after the batches before it were stored and dispatched.
 
         Raises:
-            StoreFull / StoreError: as ``append``; batches before the failing one are written.
+            StoreError: the write failed (the segment was in reach; nothing is half done
+                unless the file write itself was short).
         """
         last = self._last_segment()
         total = sum(len(batch.buffer) for batch in batches)
         free = last.free_bytes
         if total != free and total + BLANK_MARKER_SIZE > free:
-            return [
-                self.append(batch, queue_offset, 1, store_timestamp)
-                for batch, queue_offset in zip(batches, queue_offsets, strict=True)
-            ]
+            return None
         base = last.file_from_offset + last.write_position
         offsets_per_batch: list[list[int]] = []
         for batch, queue_offset in zip(batches, queue_offsets, strict=True):

@@ -333,8 +333,13 @@ class StoreCore(MessageStore):
                     batches, queue_offsets, store_timestamp)
             except StoreError as e:
                 return [self._append_failed(batches[0], log_end, e)] * len(batches)
-            self._dispatch_many(batches, queue_offsets, offsets_per_batch, store_timestamp)
-            end_offset = self.commit_log.max_offset()
+            if offsets_per_batch is not None:
+                self._dispatch_many(batches, queue_offsets, offsets_per_batch, store_timestamp)
+                end_offset = self.commit_log.max_offset()
+        if offsets_per_batch is None:
+            # They span a segment roll: one by one, each with its own result (a batch the
+            # next segment cannot be made for is refused alone; the store keeps writing).
+            return [self._append(batch) for batch in batches]
         for queue_id, max_offset in next_offsets.items():
             self._notify(topic, queue_id, max_offset)
         durable = self._group_commit.request(end_offset) if self._group_commit else None

@@ -20,7 +20,7 @@ from tidemq.store import disk_space
 from tidemq.store.consume_queue import RESERVE_CHUNK_BYTES
 from tidemq.store.disk_space import DiskSpaceGuard, DiskUsage
 from tidemq.store.file_store import FileMessageStore
-from tidemq.store.interface import PutStatus
+from tidemq.store.interface import MessageBatch, PutStatus
 
 TOPIC = "Orders"
 
@@ -212,3 +212,44 @@ def test_a_commit_log_segment_that_cannot_be_created_refuses_the_send(
         assert store.commit_log_max_offset() == end
         monkeypatch.undo()
         assert store.put_message(message(body=body)).ok
+
+
+def test_batches_appended_together_across_a_segment_that_cannot_be_created(
+    tmp_path, monkeypatch
+):
+    # put_batches with batches that do not all fit the current segment: the ones that fit
+    # are stored and dispatched, the one that needs the new segment is refused, and the
+    # store keeps taking writes (a refused segment must not make it stop until a restart).
+    with FileMessageStore(small_config(tmp_path / "store", warm_mapped_file_enable=False)) as store:
+        store.disk_guard = None
+        body = b"y" * 8000
+        record_size = store.put_message(message(body=body)).wrote_bytes
+        # Room left for three records and not four: the first batch of two fits, both do not.
+        while store.commit_log_max_offset() + 4 * record_size <= 64 * 1024:
+            assert store.put_message(message(body=body)).ok
+        end = store.commit_log_max_offset()
+        queued = store.max_offset(TOPIC, 0)
+        fallocate_fails(monkeypatch, only_under="commitlog")
+        fits, needs_new_segment = store.put_batches(
+            [one_batch(queue_id=0, count=2, body=body), one_batch(queue_id=1, count=2, body=body)]
+        )
+        assert fits.status is PutStatus.PUT_OK and fits.message_count == 2
+        assert needs_new_segment.status is PutStatus.SERVICE_NOT_AVAILABLE
+        assert "commitlog" in needs_new_segment.remark
+        assert store.commit_log_max_offset() == end + fits.wrote_bytes
+        assert store.max_offset(TOPIC, 0) == queued + 2
+        assert store.max_offset(TOPIC, 1) == 0
+        monkeypatch.undo()
+        again = store.put_batches([one_batch(queue_id=1, count=2, body=body)])
+        assert [result.status for result in again] == [PutStatus.PUT_OK]
+        assert store.max_offset(TOPIC, 1) == 2
+
+
+def one_batch(queue_id: int, count: int, body: bytes) -> MessageBatch:
+    unique_keys = [f"U{queue_id}-{n}" for n in range(count)]
+    return MessageBatch(
+        TOPIC, queue_id, [body] * count,
+        [f"UNIQ_KEY\x01{unique}".encode() for unique in unique_keys], [0] * count, None,
+        [(unique,) for unique in unique_keys],
+        born_timestamp=1_699_999_999_000, born_host="10.0.0.7:4242",
+    )
