@@ -1,7 +1,7 @@
-"""The producer's CPU per single send, the network taken out, source tree against source tree:
+"""CPU per single send in the producer or the broker, the network taken out, tree against tree:
 
-    .venv/bin/python benchmarks/send_cost_bench.py [--sends 20000] [--runs 3]
-        [--variant NAME=SRC ...] [--json]
+    .venv/bin/python benchmarks/send_cost_bench.py [--side producer|broker] [--sends 20000]
+        [--runs 3] [--variant NAME=SRC ...] [--json]
 
 At 20,000 single sends a second the producer process spends ~25 us of CPU per message, and
 how many answers share a read (and so the event loop's and the kernel's part) moves with the
@@ -10,7 +10,12 @@ only the code: ``Producer.send`` of a 1 KiB message with the broker's connection
 a function that encodes the request as the connection would and returns the decoded frame of
 a canned SEND answer (the real broker's fields), so every send does all of its Python work
 (checks, properties, header, queue choice, request encode, answer decode, SendResult) and
-nothing else. It starts one ``tidemq dev`` (for the route only), then runs each ``--variant``
+nothing else. ``--side broker`` measures the other end the same way: a broker started in the
+process (its store in a temporary directory, no client connected) is handed reads of 32
+SEND_MESSAGE_V2 frames of 1 KiB (a producer's half window at 20,000 msg/s, 8 queues), each
+fed to a ``FrameDecoder``, served by the send processor's group handler and every response
+encoded, as the connection does: the broker's Python work per single send, store append
+included. It starts one ``tidemq dev`` (for the producer's route only), then runs each ``--variant``
 (``NAME=SRC``: ``.`` for this checkout or another tree's ``src/``, e.g. ``git archive <commit>
 src | tar -x -C /tmp/before`` then ``before=/tmp/before/src``) in its own process, alternating
 the variants run by run; each process times ``--sends`` sends five times (``time.thread_time``)
@@ -72,8 +77,71 @@ async def _child(namesrv: str, sends: int) -> float:
         return statistics.median(costs)
 
 
+SENDS_PER_READ = 32
+
+
+async def _broker_child(work_dir: str, sends: int) -> float:
+    from tidemq.broker.config import BrokerConfig
+    from tidemq.broker.controller import BrokerController
+    from tidemq.broker.topic_config_manager import TopicConfig
+    from tidemq.protocol.command import RemotingCommand
+    from tidemq.protocol.frame import FrameDecoder
+    from tidemq.protocol.message import encode_properties
+    from tidemq.protocol.msgid import new_unique_key
+    from tidemq.store.config import StoreConfig
+    from tidemq.store.file_store import FileMessageStore
+
+    class Producer:  # what the send processor reads of a connection
+        remote_address = "127.0.0.1:45678"
+        attributes: dict = {}
+        on_close: list = []
+        is_closing = False
+
+    def read_of_sends() -> bytes:
+        frames = []
+        for index in range(SENDS_PER_READ):
+            fields = {"a": "SEND_COST_P", "b": TOPIC, "c": "TBW102", "d": "4",
+                      "e": str(index % 8), "f": "0", "g": str(time.time_ns() // 1_000_000),
+                      "h": "0", "i": encode_properties({"UNIQ_KEY": new_unique_key()}),
+                      "n": "broker-a"}
+            frames.append(RemotingCommand.request(310, fields, BODY).encode())
+        return b"".join(frames)
+
+    config = BrokerConfig(listen_port=0)
+    store_config = StoreConfig(store_path_root_dir=work_dir, store_host=config.broker_address)
+    broker = BrokerController(config, store_config, store=FileMessageStore(store_config))
+    await broker.start()
+    try:
+        broker.topic_config_manager.update(TopicConfig(TOPIC, 8, 8))
+        processor = broker.send_processor
+        producer = Producer()
+        decoder = FrameDecoder()
+        reads = [read_of_sends() for _ in range(20)]
+        rounds = max(1, sends // SENDS_PER_READ)
+
+        async def serve(count: int) -> None:
+            for index in range(count):
+                requests = decoder.feed(reads[index % len(reads)])
+                responses = await processor.handle_group(requests, producer)
+                for request, response in zip(requests, responses, strict=True):
+                    response.opaque = request.opaque  # as the dispatcher answers
+                    response.flag |= 1
+                    response.encode_parts()
+
+        await serve(WARM_UP_SENDS // SENDS_PER_READ)
+        costs = []
+        for _ in range(REPEATS):
+            started = time.thread_time()
+            await serve(rounds)
+            costs.append((time.thread_time() - started) / (rounds * SENDS_PER_READ) * 1e6)
+        return statistics.median(costs)
+    finally:
+        await broker.shutdown(grace_s=1.0)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--side", choices=("producer", "broker"), default="producer")
     parser.add_argument("--sends", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--variant", action="append", default=[],
@@ -81,9 +149,14 @@ def main() -> int:
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child-namesrv", help=argparse.SUPPRESS)
+    parser.add_argument("--child-store", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_namesrv:
         print(json.dumps({"us_per_send": asyncio.run(_child(args.child_namesrv, args.sends))}))
+        return 0
+    if args.child_store:
+        cost = asyncio.run(_broker_child(args.child_store, args.sends))
+        print(json.dumps({"us_per_send": cost}))
         return 0
     variants = []
     for text in args.variant or ["A=."]:
@@ -92,30 +165,38 @@ def main() -> int:
         variants.append((name, os.path.abspath(here if src == "." else src)))
     os.makedirs(args.dir, exist_ok=True)
     work_dir = tempfile.mkdtemp(prefix="send-cost-", dir=args.dir)
-    server = DevServer(work_dir)
+    server = DevServer(work_dir) if args.side == "producer" else None
     costs: dict[str, list[float]] = {name: [] for name, _ in variants}
     try:
         for run in range(args.runs):
             order = variants[run % len(variants):] + variants[:run % len(variants)]
             for name, src in order:
+                if server is not None:
+                    child = ["--child-namesrv", server.namesrv]
+                else:
+                    store = os.path.join(work_dir, f"store-{run}-{name}")
+                    child = ["--child-store", store]
                 done = subprocess.run(
                     [sys.executable, os.path.abspath(__file__), "--sends", str(args.sends),
-                     "--child-namesrv", server.namesrv],
+                     *child],
                     env={**os.environ, "PYTHONPATH": src}, check=True, capture_output=True,
                     text=True, timeout=600)
                 cost = json.loads(done.stdout.strip().splitlines()[-1])["us_per_send"]
                 costs[name].append(cost)
                 if not args.json:
                     print(f"run {run + 1} {name:<10} {cost:.2f} us per send", flush=True)
+                if server is None:
+                    shutil.rmtree(store, ignore_errors=True)
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
         shutil.rmtree(work_dir, ignore_errors=True)
     medians = {name: statistics.median(values) for name, values in costs.items()}
     if args.json:
         print(json.dumps({"sends": args.sends, "median": medians, "runs": costs}))
     else:
         load = " ".join(f"{value:.1f}" for value in os.getloadavg())
-        print(f"{args.sends} sends x {REPEATS} per run, median of {args.runs} runs "
+        print(f"{args.side}: {args.sends} sends x {REPEATS} per run, median of {args.runs} runs "
               f"(load average {load}):")
         for name, value in medians.items():
             print(f"{name:<10} {value:.2f} us per send")

@@ -81,7 +81,13 @@ from tidemq.broker.topic_config_manager import (
 )
 from tidemq.errors import HeaderFieldError, RemoteProtocolError
 from tidemq.limits import PROPERTIES_SIZE_MAX, topic_name_problem
-from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.codes import (
+    FLAG_RESPONSE,
+    TIDEMQ_VERSION,
+    LanguageCode,
+    RequestCode,
+    ResponseCode,
+)
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import SendMessageRequestHeader
 from tidemq.protocol.message import (
@@ -571,17 +577,10 @@ class SendMessageProcessor:
         sysflag = header.sys_flag
         if topic_config.topic_filter_type == MULTI_TAG:
             sysflag |= SYSFLAG_MULTI_TAGS
-        message = StoreMessage(
-            topic=topic,
-            queue_id=queue_id,
-            body=body,
-            properties=properties,
-            flag=header.flag,
-            sysflag=sysflag,
-            born_timestamp=header.born_timestamp,
-            born_host=connection.remote_address,
-            reconsume_times=reconsume_times,
-        )
+        # Positional: matching nine keywords cost ~0.4 us of the ~0.65 the dataclass takes.
+        message = StoreMessage(topic, queue_id, body, properties, header.flag, sysflag,
+                               header.born_timestamp, connection.remote_address,
+                               reconsume_times)
         if not _SPECIAL_DELIVERY_KEYS.isdisjoint(properties):
             message = redirect_special_delivery(
                 message, self._transactions, self._schedule.level_count
@@ -759,7 +758,11 @@ class SendMessageProcessor:
                 "message stored on the master only: no slave is in sync (none connected, or "
                 "each further behind than haMaxGapNotInSync)"
             )
-        return RemotingCommand.response_to(request, code, remark, ext_fields)
+        # RemotingCommand.response_to, without its copy of ``ext_fields`` (this response's own
+        # dict, from _response_fields); the code a plain int, as the header fast path takes.
+        return RemotingCommand(int(code), request.opaque, FLAG_RESPONSE, remark, ext_fields,
+                               None, LanguageCode.PYTHON, TIDEMQ_VERSION,
+                               request.serialize_type)
 
 
 async def _appended(outcome: _Stored | _QueuedBatch) -> _Stored:
