@@ -71,6 +71,34 @@ def test_abort_marker_lives_while_open_and_checkpoint_records_flushed_times(conf
     assert os.path.getsize(os.path.join(config.store_path_root_dir, "checkpoint")) == 4096
 
 
+def test_checkpoint_syncs_through_its_file_descriptor_not_the_gil_holding_msync(
+        config, monkeypatch):
+    # CPython's mmap.flush (msync) holds the GIL while the disk works; the checkpoint is
+    # synced every second on the flusher thread, so that stopped the broker's event loop.
+    # fdatasync on the file writes the same page (one page cache) and lets the loop run.
+    path = os.path.join(config.store_path_root_dir, "checkpoint")
+    os.makedirs(config.store_path_root_dir, exist_ok=True)
+    synced: list[str] = []
+    real_sync = getattr(os, "fdatasync", os.fsync)
+
+    def recording_sync(fd: int) -> None:
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        real_sync(fd)
+
+    monkeypatch.setattr(os, "fdatasync" if hasattr(os, "fdatasync") else "fsync",
+                        recording_sync)
+    checkpoint = StoreCheckpoint(path)
+    checkpoint.logics_msg_timestamp = 1234
+    checkpoint.flush()
+    checkpoint.close()
+    assert synced == [os.path.realpath(path)] * 2  # flush, then close
+    reopened = StoreCheckpoint(path)
+    try:
+        assert reopened.logics_msg_timestamp == 1234
+    finally:
+        reopened.close()
+
+
 def test_async_flush_has_no_durable_future(config):
     store = FileMessageStore(config)
     try:
