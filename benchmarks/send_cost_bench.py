@@ -25,7 +25,6 @@ and reports the median. Printed: microseconds per send per run, and the median o
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -151,11 +150,12 @@ def main() -> int:
     parser.add_argument("--child-namesrv", help=argparse.SUPPRESS)
     parser.add_argument("--child-store", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child_namesrv:
-        print(json.dumps({"us_per_send": asyncio.run(_child(args.child_namesrv, args.sends))}))
-        return 0
-    if args.child_store:
-        cost = asyncio.run(_broker_child(args.child_store, args.sends))
+    if args.child_namesrv or args.child_store:
+        # On tidemq's loop (uvloop where installed), as servers, clients and latency_bench run.
+        from tidemq.remoting.loop import run
+
+        cost = (run(_child(args.child_namesrv, args.sends)) if args.child_namesrv
+                else run(_broker_child(args.child_store, args.sends)))
         print(json.dumps({"us_per_send": cost}))
         return 0
     variants = []
