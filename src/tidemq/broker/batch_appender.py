@@ -56,10 +56,11 @@ class BatchAppender:
         self._appended = appended
         self._pending: list[tuple[MessageBatch, asyncio.Future[PutResult]]] = []
 
-    def put(self, batch: MessageBatch) -> asyncio.Future[PutResult]:
+    def put(self, batch: MessageBatch, loop: asyncio.AbstractEventLoop
+            ) -> asyncio.Future[PutResult]:
         """Queue ``batch``; the future resolves to its ``PutResult`` once appended (or to
-        the exception the store raised). Must be called on the running loop."""
-        loop = asyncio.get_running_loop()
+        the exception the store raised). Called on ``loop``, the running loop (given: on
+        Python 3.11 asking asyncio for it is a system call)."""
         if not self._pending:
             loop.call_soon(self.flush)
         future: asyncio.Future[PutResult] = loop.create_future()

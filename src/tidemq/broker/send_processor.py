@@ -694,7 +694,7 @@ class SendMessageProcessor:
                 merged.keys, sysflag, born_timestamp, born_host, reconsume_times,
             )
             if not prepared:
-                return _QueuedBatch(self._batches.put(batch), wait, queue_id)
+                return _QueuedBatch(self._batches.put(batch, connection.loop), wait, queue_id)
         self._batches.flush()  # the batches served before it first
         started = time.monotonic()
         if merged is None:
