@@ -6,6 +6,8 @@ import importlib
 
 import click
 
+from tidemq.cli.heap_pad import pad_heap_top
+
 # verb -> "module:attribute" of a click command; imported only when the verb runs, so
 # `tidemq store check` does not pay for importing the broker.
 _COMMANDS = {
@@ -37,3 +39,6 @@ class _LazyGroup(click.Group):
 @click.version_option(package_name="tidemq")
 def main() -> None:
     """tidemq: a persistent, distributed message queue in the design of Apache RocketMQ 4.x."""
+    # Servers and the load generator allocate and free a few hundred KB per pull; without a
+    # heap top pad glibc returns that memory and faults it back in page by page (heap_pad.py).
+    pad_heap_top()
