@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/latency_bench.py [--rate 2000] [--seconds 20]
         [--consumer pull|push] [--flush ASYNC_FLUSH|SYNC_FLUSH] [--concurrency 16]
         [--queues 8] [--runs 3] [--timeline] [--threads] [--slice-us US]
-        [--namesrv HOST:PORT] [--json]
+        [--src NAME=TREE ...] [--namesrv HOST:PORT] [--json]
 
 Starts its own ``tidemq dev`` (fresh store, free loopback ports, ``--flush`` as its
 flushDiskType) unless ``--namesrv`` names a running cluster. Then, each in its own process,
@@ -30,7 +30,10 @@ stall shows as a column of spikes. With ``--threads`` it lists every thread of t
 processes (the broker's only when it started the broker): its share of a core over the run
 and its wake-ups (voluntary context switches) and preemptions per second. ``--slice-us``
 asks the kernel (EEVDF, Linux 6.6+) for a shorter time slice for all three processes: how
-much of the tail is a woken process waiting for the running one's slice to end.
+much of the tail is a woken process waiting for the running one's slice to end. With
+``--src before=/tmp/before --src now=.`` (trees whose ``src/`` holds tidemq, e.g. from
+``git archive <commit> src``) each run measures every tree in turn, order rotated, a fresh
+``tidemq dev`` each: an A/B alternated within one run, medians per tree.
 
 Standalone roles (``--role producer|consumer``) are how the driver runs the two processes.
 """
@@ -483,6 +486,70 @@ def run_all(args: argparse.Namespace) -> dict:
             "size": args.size, "slice_us": args.slice_us, "median": figures, "runs": runs}
 
 
+def parse_src(text: str) -> tuple[str, str]:
+    """``NAME=TREE`` -> (NAME, TREE/src as an absolute path).
+
+    Raises:
+        SystemExit: not NAME=TREE, or TREE has no src/tidemq.
+    """
+    name, _, tree = text.partition("=")
+    if not name or not tree:
+        raise SystemExit(f"--src {text!r}: expected NAME=TREE (a tree whose src/ holds tidemq)")
+    src = os.path.join(os.path.abspath(tree), "src")
+    if not os.path.isdir(os.path.join(src, "tidemq")):
+        raise SystemExit(f"--src {text!r}: {src} has no tidemq package (git archive <commit> src "
+                         "| tar -x -C <dir> makes one)")
+    return name, src
+
+
+def run_variants(args: argparse.Namespace) -> dict:
+    """``--src`` given: each run measures every source tree in turn (a fresh ``tidemq dev``
+    each, the order rotated from run to run), the processes importing tidemq from that tree
+    (PYTHONPATH), so the trees are compared within one run of the machine's weather."""
+    from broker_bench import DevServer
+
+    if args.namesrv is not None:
+        raise SystemExit("--src starts a tidemq dev per tree; it cannot be used with --namesrv")
+    variants = [parse_src(text) for text in args.src]
+    if args.slice_us:
+        request_slice(args.slice_us)
+    work_dir = tempfile.mkdtemp(prefix="latency-bench-", dir=args.dir)
+    original = os.environ.get("PYTHONPATH")
+    runs: list[dict] = []
+    try:
+        for number in range(args.runs):
+            shift = number % len(variants)
+            for name, src in variants[shift:] + variants[:shift]:
+                os.environ["PYTHONPATH"] = src  # the server, consumer and producer inherit it
+                server_dir = os.path.join(work_dir, f"{name}-{number}")
+                os.makedirs(server_dir)
+                server = DevServer(server_dir, extra_args=["--flushDiskType", args.flush])
+                try:
+                    run = measure(server.namesrv, server_dir, rate=args.rate,
+                                  seconds=args.seconds, consumer_kind=args.consumer,
+                                  concurrency=args.concurrency, queues=args.queues,
+                                  size=args.size, pull_batch=args.pull_batch,
+                                  broker_pid=server.process.pid)
+                finally:
+                    server.stop()
+                run["variant"] = name
+                runs.append(run)
+    finally:
+        if original is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = original
+        shutil.rmtree(work_dir, ignore_errors=True)
+    medians = {name: {q: statistics.median(r[f"latency_ms_{q}"] for r in runs
+                                           if r["variant"] == name)
+                      for q in ("p50", "p99", "p999", "max")}
+               for name, _ in variants}
+    return {"rate": args.rate, "seconds": args.seconds, "consumer": args.consumer,
+            "flush": args.flush, "concurrency": args.concurrency, "queues": args.queues,
+            "size": args.size, "slice_us": args.slice_us, "median": medians[variants[0][0]],
+            "medians": medians, "runs": runs}
+
+
 def threads_text(run: dict) -> str:
     """Every thread of the three processes over the run: its share of a core and how often a
     second it went to sleep (voluntary switches: each one a wake-up) or lost its core."""
@@ -502,8 +569,10 @@ def print_report(result: dict, timeline: bool, threads: bool = False) -> None:
           f"{result['queues']} queues, producer concurrency {result['concurrency']}"
           + (f", time slice {result['slice_us']:g} us" if result.get("slice_us") else ""))
     for number, run in enumerate(result["runs"]):
-        print(f"run {number}: p50 {run['latency_ms_p50']:.2f} p99 {run['latency_ms_p99']:.2f} "
-              f"p999 {run['latency_ms_p999']:.2f} max {run['latency_ms_max']:.1f} ms; "
+        variant = f" [{run['variant']}]" if "variant" in run else ""
+        print(f"run {number}{variant}: p50 {run['latency_ms_p50']:.2f} "
+              f"p99 {run['latency_ms_p99']:.2f} p999 {run['latency_ms_p999']:.2f} "
+              f"max {run['latency_ms_max']:.1f} ms; "
               f"{run['received']} received of {run['producer_sent']}; over 2 ms: "
               f"{run['over_2ms']} ({run['over_2ms_late_at_store']} late at the store); "
               f"windows > 10 ms: "
@@ -522,9 +591,11 @@ def print_report(result: dict, timeline: bool, threads: bool = False) -> None:
             print(timeline_text(run))
         if threads:
             print(threads_text(run))
-    median = result["median"]
-    print(f"median of {len(result['runs'])}: p50 {median['p50']:.2f} ms, p99 "
-          f"{median['p99']:.2f} ms, p999 {median['p999']:.2f} ms, max {median['max']:.1f} ms")
+    for name, median in (result.get("medians") or {"": result["median"]}).items():
+        count = sum(1 for run in result["runs"] if run.get("variant", "") == name)
+        print(f"median of {count}{f' [{name}]' if name else ''}: p50 {median['p50']:.2f} ms, "
+              f"p99 {median['p99']:.2f} ms, p999 {median['p999']:.2f} ms, "
+              f"max {median['max']:.1f} ms")
 
 
 def main() -> int:
@@ -544,6 +615,9 @@ def main() -> int:
     parser.add_argument("--slice-us", type=float, default=0,
                         help="request this EEVDF time slice for the broker (when started here), "
                              "the consumer and the producer (default: the kernel's)")
+    parser.add_argument("--src", action="append", default=[], metavar="NAME=TREE",
+                        help="compare source trees (repeat): every run measures each tree in "
+                             "turn with a fresh tidemq dev, tidemq imported from TREE/src")
     parser.add_argument("--namesrv")
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
     parser.add_argument("--json", action="store_true")
@@ -560,7 +634,7 @@ def main() -> int:
             run_on_loop(_consume(args))
         return 0
     os.makedirs(args.dir, exist_ok=True)
-    result = run_all(args)
+    result = run_variants(args) if args.src else run_all(args)
     if args.json:
         print(json.dumps(result))
     else:
