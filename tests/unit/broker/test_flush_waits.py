@@ -6,7 +6,7 @@ import asyncio
 import threading
 from concurrent.futures import Future
 
-from tidemq.broker.ha.flush_waits import durable_status
+from tidemq.broker.ha.flush_waits import answer_when_durable, durable_status, settle_ready
 from tidemq.store.flush import GroupCommitService
 from tidemq.store.interface import PutStatus
 
@@ -104,3 +104,60 @@ def test_requests_before_the_next_sync_share_its_future_and_its_highest_offset()
         assert group[0].result(10) is PutStatus.FLUSH_DISK_TIMEOUT
     finally:
         service.stop()
+
+
+class Peer:
+    """What an answer writes to: counts its flushes."""
+
+    def __init__(self) -> None:
+        self.flushes = 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+def test_answers_of_one_sync_run_in_one_pass_with_one_flush_per_connection():
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        durable: Future[PutStatus] = Future()
+        peers = [Peer(), Peer()]
+        answered: list[tuple[int, PutStatus]] = []
+
+        def answer(n: int):
+            def given(status: PutStatus) -> Peer:
+                answered.append((n, status))
+                return peers[n % 2]
+            return given
+
+        for n in range(6):
+            answer_when_durable(durable, 10, answer(n), loop)
+        assert answered == []
+        threading.Thread(target=durable.set_result, args=(PutStatus.PUT_OK,)).start()
+        async with asyncio.timeout(10):
+            while len(answered) < 6:
+                await asyncio.sleep(0.001)
+        return answered, [peer.flushes for peer in peers]
+
+    answered, flushes = asyncio.run(scenario())
+    assert answered == [(n, PutStatus.PUT_OK) for n in range(6)]  # in order, once each
+    assert flushes == [1, 1]
+
+
+def test_settle_ready_answers_completed_syncs_oldest_first_without_the_handoff():
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        first: Future[PutStatus] = Future()
+        second: Future[PutStatus] = Future()
+        answered: list[str] = []
+        answer_when_durable(first, 10, lambda status: answered.append("first"), loop)
+        answer_when_durable(second, 10, lambda status: answered.append("second"), loop)
+        second.set_result(PutStatus.PUT_OK)  # on this thread: its handoff is queued, not run
+        settle_ready(loop)
+        after_second = list(answered)  # the older group's sync is not known yet: nothing
+        first.set_result(PutStatus.PUT_OK)
+        settle_ready(loop)
+        return after_second, answered
+
+    after_second, answered = asyncio.run(scenario())
+    assert after_second == []
+    assert answered == ["first", "second"]
