@@ -18,7 +18,7 @@ from tidemq.broker.pull_processor import (
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import SendMessageRequestHeader
-from tidemq.protocol.message import iter_records
+from tidemq.protocol.message import BatchEntry, encode_batch_body, iter_records
 from tidemq.remoting.client import RemotingClient
 from tidemq.store.config_tables import TopicConfig
 from tidemq.store.interface import StoreMessage
@@ -258,6 +258,34 @@ def test_woken_pull_is_answered_before_the_send_that_woke_it(make_broker, serve)
             assert sent.code == ResponseCode.SUCCESS, sent.remark
             assert pulled.code == ResponseCode.SUCCESS
             assert [m.body for m in iter_records(pulled.body)] == [b"wakes it"]
+            assert arrived == ["pull", "send"]
+
+    asyncio.run(main())
+
+
+def test_woken_pull_is_answered_before_the_batch_send_that_woke_it(make_broker, serve):
+    # A batch send is appended at the end of its loop iteration with the others served in it
+    # (broker/batch_appender.py); the pull it wakes is still answered before it.
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+    bodies = [b"first", b"second", b"third"]
+
+    async def main():
+        async with serve(broker) as link:
+            arrived: list[str] = []
+            pull = start_pull(link, pull_request(0, suspend_ms=60_000))
+            pull.add_done_callback(lambda _: arrived.append("pull"))
+            await wait_until(lambda: hold.parked_count == 1, "the pull parked")
+            request = send_request(encode_batch_body([BatchEntry(body) for body in bodies]))
+            request.code = RequestCode.SEND_BATCH_MESSAGE
+            send = asyncio.get_running_loop().create_task(link.invoke(request))
+            send.add_done_callback(lambda _: arrived.append("send"))
+            async with asyncio.timeout(WAIT_BOUND_S):
+                pulled, sent = await asyncio.gather(pull, send)
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            assert len(sent.ext_fields["msgId"].split(",")) == len(bodies)
+            assert pulled.code == ResponseCode.SUCCESS
+            assert [m.body for m in iter_records(pulled.body)] == bodies
             assert arrived == ["pull", "send"]
 
     asyncio.run(main())
