@@ -40,7 +40,7 @@ from tidemq.store.config import FlushDiskType, StoreConfig
 from tidemq.store.consume_queue_table import ConsumeQueueTable
 from tidemq.store.disk_space import DiskSpaceGuard
 from tidemq.store.epochs import EpochFile
-from tidemq.store.flush import GroupCommitService, PeriodicFlusher
+from tidemq.store.flush import PeriodicFlusher
 from tidemq.store.index_file import IndexService
 from tidemq.store.queue_file_preparer import QueueFilePreparer
 from tidemq.store.retention import disk_used_ratio
@@ -53,6 +53,7 @@ from tidemq.store.store_lock import (
     remove_abort_file,
 )
 from tidemq.store.truncation import TruncateIntent
+from tidemq.store.worker_group_commit import WorkerGroupCommitService
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +178,12 @@ class FileMessageStore(StoreCore):
     def _start_flush_services(self) -> None:
         config = self.config
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self._group_commit = GroupCommitService(self._sync_commit_log)
+            # The syncs run in a worker process, started by the appender without waiting
+            # for the GIL (worker_group_commit.py); it falls back to GroupCommitService.
+            self._group_commit = WorkerGroupCommitService(
+                self.commit_log.queue, self._sync_commit_log,
+                lambda: self.commit_log.last_store_timestamp, self._commit_log_synced,
+            )
             self._group_commit.start()
         else:
             self._flushers.append(
@@ -207,6 +213,11 @@ class FileMessageStore(StoreCore):
         if flushed >= end and self.checkpoint is not None:
             self.checkpoint.physic_msg_timestamp = timestamp
         return flushed
+
+    def _commit_log_synced(self, timestamp: int) -> None:
+        # The sync worker made the log durable up to records stored at ``timestamp``.
+        if self.checkpoint is not None:
+            self.checkpoint.physic_msg_timestamp = timestamp
 
     def _sync_logics(self, *, index_now: bool = False) -> None:
         with self._flush_lock:

@@ -89,6 +89,7 @@ from tidemq.store.truncation import (
     dropped_records,
     sync_file,
 )
+from tidemq.store.worker_group_commit import WorkerGroupCommitService
 from tidemq.timings import LatencyTally
 
 logger = logging.getLogger(__name__)
@@ -130,7 +131,8 @@ class StoreCore(MessageStore):
         # Every offset msg id of this store shares its host part: render it once
         # (encode_offset_msg_id parses the host on each call) and append the offset in hex.
         self._msg_id_prefix = encode_offset_msg_id(config.store_host, 0)[:-_MSG_ID_OFFSET_DIGITS]
-        self._group_commit: GroupCommitService | None = None
+        # SYNC_FLUSH (file store): the in-process service or the sync worker's (same methods).
+        self._group_commit: GroupCommitService | WorkerGroupCommitService | None = None
         self._closed = False
         self._not_writable_reason: str | None = None
         # Refuses writes while the volume is nearly full (file store; disk_space.py).

@@ -15,6 +15,7 @@ from store_helpers import SEGMENT_SIZE, message, small_config
 
 from tidemq.errors import StoreError
 from tidemq.protocol.message import decode_record
+from tidemq.store import sync_worker
 from tidemq.store.file_store import FileMessageStore
 from tidemq.store.interface import PutStatus
 
@@ -93,7 +94,12 @@ def test_a_write_failing_half_way_through_a_batch_stops_the_store(tmp_path, monk
 
 def test_a_failed_sync_answers_flush_disk_timeout_and_later_syncs_succeed(tmp_path, monkeypatch):
     config = small_config(tmp_path / "store", flush_disk_type="SYNC_FLUSH")
+    # The group commit's syncs run in the sync worker process: it fails them while this
+    # file exists.
+    disk_fails = tmp_path / "disk-fails"
+    monkeypatch.setenv(sync_worker.FAIL_ENV, str(disk_fails))
     with FileMessageStore(config) as store:
+        disk_fails.touch()
         monkeypatch.setattr(os, "fdatasync", failing("fdatasync"))
         result = store.put_messages(batch(b"m"))
         assert result.status is PutStatus.PUT_OK  # stored...
@@ -101,6 +107,7 @@ def test_a_failed_sync_answers_flush_disk_timeout_and_later_syncs_succeed(tmp_pa
         with pytest.raises(StoreError, match=r"cannot sync .*commitlog"):
             store.commit_log.flush()
         monkeypatch.undo()
+        disk_fails.unlink()
         again = store.put_message(message(body=b"next"))
         assert again.wait_durable(10) is PutStatus.PUT_OK
         # The sync that succeeded covers the earlier bytes too.

@@ -1,0 +1,104 @@
+"""The sync worker process: fdatasyncs for a SYNC_FLUSH store, under its own GIL.
+
+Run as a program (``SyncWorker`` in worker_group_commit.py starts it with
+``sys.executable -I <this file>``; it imports only the standard library, so it starts in
+milliseconds and holds no copy of the broker). The broker's appender writes, right after
+its bytes are in the segment, one line per sync request to the worker's stdin::
+
+    <token> <path>[\\t<path>...]\\n
+
+Tokens grow by one per command. The worker reads every command waiting in the pipe, syncs
+each named file once with ``fdatasync`` (the page cache is per inode: a sync through the
+worker's own descriptor writes the pages the broker wrote through its mapping), and then
+answers on stdout with one line for all of them::
+
+    OK <last token>\\n
+    ERR <last token> <path>\\t<error>[\\t<path>\\t<error>...]\\n   (those syncs failed; the
+                                                 other files of the batch were synced)
+
+Every command up to the last token is covered by that sync: its bytes were written before
+it was sent, and the sync started after it was read. The worker keeps the last file it
+synced open between batches (normally the segment being written). It ends at EOF on stdin.
+
+Test hook: with ``TIDEMQ_SYNC_WORKER_HOLD=<path>`` in its environment the worker waits
+before each batch's syncs until ``<path>`` exists (a test proves that no answer comes before
+the sync has run); with ``TIDEMQ_SYNC_WORKER_FAIL=<path>`` every sync fails with EIO while
+``<path>`` exists (a test of a failing disk).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+import time
+
+HOLD_ENV = "TIDEMQ_SYNC_WORKER_HOLD"
+FAIL_ENV = "TIDEMQ_SYNC_WORKER_FAIL"
+_READ_SIZE = 1 << 16
+
+
+def _fdatasync(fd: int, fail: str | None) -> None:
+    if fail is not None and os.path.exists(fail):
+        raise OSError(errno.EIO, f"Input/output error (test hook {FAIL_ENV})")
+    getattr(os, "fdatasync", os.fsync)(fd)
+
+
+def _wait_for_release(path: str) -> None:
+    while not os.path.exists(path):
+        time.sleep(0.001)
+
+
+def serve(commands: int, answers: int, hold: str | None = None,
+          fail: str | None = None) -> None:
+    """Answer commands read from fd ``commands`` on fd ``answers`` until EOF."""
+    buffered = b""
+    kept_path: str | None = None
+    kept_fd = -1
+    while True:
+        chunk = os.read(commands, _READ_SIZE)
+        if not chunk:
+            break
+        buffered += chunk
+        end = buffered.rfind(b"\n")
+        if end < 0:
+            continue
+        lines, buffered = buffered[:end].split(b"\n"), buffered[end + 1:]
+        paths: list[str] = []
+        last_token = b""
+        for line in lines:
+            token, _, named = line.partition(b" ")
+            last_token = token
+            for path in named.decode().split("\t"):
+                if path and path not in paths:
+                    paths.append(path)
+        if hold is not None:
+            _wait_for_release(hold)
+        failures: list[str] = []
+        for path in paths:
+            try:
+                if path != kept_path:
+                    if kept_fd >= 0:
+                        os.close(kept_fd)
+                    kept_fd, kept_path = -1, None
+                    kept_fd = os.open(path, os.O_RDWR)
+                    kept_path = path
+                _fdatasync(kept_fd, fail)
+            except OSError as e:
+                if kept_fd >= 0:
+                    os.close(kept_fd)
+                kept_fd, kept_path = -1, None
+                failures.append(f"{path}\t{e}".replace("\n", " "))
+        if failures:
+            os.write(answers, b"ERR " + last_token + b" " + "\t".join(failures).encode() + b"\n")
+        else:
+            os.write(answers, b"OK " + last_token + b"\n")
+    if kept_fd >= 0:
+        os.close(kept_fd)
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):
+        serve(sys.stdin.fileno(), sys.stdout.fileno(), os.environ.get(HOLD_ENV),
+              os.environ.get(FAIL_ENV))

@@ -1,0 +1,104 @@
+"""SYNC_FLUSH through the sync worker process (store/worker_group_commit.py, sync_worker.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from concurrent.futures import TimeoutError as FutureTimeout
+
+import pytest
+from store_helpers import message, small_config
+
+from tidemq.store import sync_worker
+from tidemq.store.file_store import FileMessageStore
+from tidemq.store.interface import PutStatus
+from tidemq.store.worker_group_commit import WorkerGroupCommitService
+
+
+@pytest.fixture
+def held_store(tmp_path, monkeypatch):
+    """A SYNC_FLUSH store whose worker waits before each sync until ``release`` exists."""
+    release = tmp_path / "release"
+    monkeypatch.setenv(sync_worker.HOLD_ENV, str(release))
+    store = FileMessageStore(small_config(tmp_path / "store", flush_disk_type="SYNC_FLUSH"))
+    try:
+        yield store, release
+    finally:
+        release.touch()
+        store.close()
+
+
+def _service(store: FileMessageStore) -> WorkerGroupCommitService:
+    service = store._group_commit
+    assert isinstance(service, WorkerGroupCommitService)
+    assert service.worker_pid is not None
+    return service
+
+
+def test_a_put_is_answered_only_after_the_workers_sync_returned(held_store):
+    store, release = held_store
+    result = store.put_message(message(body=b"durable"))
+    assert result.status is PutStatus.PUT_OK
+    # The worker holds its sync: no answer, the log not marked flushed.
+    with pytest.raises(FutureTimeout):
+        result.durable.result(timeout=0.3)
+    assert store.commit_log.queue.flushed_where < store.commit_log_max_offset()
+    release.touch()
+    assert result.wait_durable(30) is PutStatus.PUT_OK
+    assert store.commit_log.queue.flushed_where == store.commit_log_max_offset()
+    assert store.checkpoint.physic_msg_timestamp == result.store_timestamp
+
+
+def test_commands_waiting_in_the_pipe_share_one_sync(held_store):
+    store, release = held_store
+    service = _service(store)
+    results = [store.put_message(message(body=b"m%d" % i)) for i in range(6)]
+    release.touch()
+    assert [r.wait_durable(30) for r in results] == [PutStatus.PUT_OK] * 6
+    # The worker read the first command (maybe more) before it held; the rest waited in
+    # the pipe and were synced together: at most two syncs for six commands.
+    assert 1 <= service.answers <= 2
+
+
+def test_flushed_where_moves_forward_in_order_of_the_answers(tmp_path):
+    store = FileMessageStore(small_config(tmp_path / "store", flush_disk_type="SYNC_FLUSH"))
+    seen: list[tuple[int, int]] = []
+    lock = threading.Lock()
+    queue = store.commit_log.queue
+    try:
+        results = []
+        for i in range(40):  # a few segments of 64 KiB
+            result = store.put_messages([message(body=bytes(2000) + b"%d" % i)] * 3)
+            end = store.commit_log_max_offset()
+
+            def record(_done, end=end):
+                with lock:
+                    seen.append((end, queue.flushed_where))
+
+            result.durable.add_done_callback(record)
+            results.append(result)
+        assert [r.wait_durable(30) for r in results] == [PutStatus.PUT_OK] * 40
+        with lock:
+            assert len(seen) == 40
+            assert [end for end, _ in seen] == sorted(end for end, _ in seen)
+            assert all(flushed >= end for end, flushed in seen)
+            flushed = [flushed for _, flushed in seen]
+            assert flushed == sorted(flushed)
+        assert len(queue.files) > 1
+    finally:
+        store.close()
+
+
+def test_a_killed_worker_falls_back_and_every_request_is_answered(held_store, caplog):
+    store, _release = held_store
+    service = _service(store)
+    pid = service.worker_pid
+    waiting = [store.put_message(message(body=b"w%d" % i)) for i in range(3)]
+    os.kill(pid, signal.SIGKILL)  # the worker this test's store started
+    assert [r.wait_durable(30) for r in waiting] == [PutStatus.PUT_OK] * 3
+    assert service.worker_pid is None
+    assert any(f"sync worker (pid {pid}) is gone" in r.getMessage() for r in caplog.records)
+    later = store.put_message(message(body=b"later"))
+    assert later.wait_durable(30) is PutStatus.PUT_OK
+    assert store.commit_log.queue.flushed_where == store.commit_log_max_offset()
