@@ -4,7 +4,6 @@ returned, however its response is written (broker/ha/flush_waits.py, LaterRespon
 from __future__ import annotations
 
 import asyncio
-import threading
 
 from test_send_group import batch_request
 from test_send_processor import send_request, with_topic
@@ -12,29 +11,35 @@ from test_send_processor import send_request, with_topic
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.msgid import decode_offset_msg_id
+from tidemq.store import sync_worker
 
 WAIT_BOUND_S = 10.0  # any wait for something the test expects (never a timing assertion)
 
 
 class GatedSync:
-    """The group commit's sync, held until the test opens the gate; records how far each
-    sync that returned reached."""
+    """The group commit's syncs, held until the test opens the gate: the sync worker
+    (store/sync_worker.py) waits before each sync until its hold file exists. Set up before
+    the store opens (its worker reads the hold file's name at start)."""
 
-    def __init__(self, store) -> None:
-        self._service = store._group_commit
-        self._sync = self._service._flush
-        self.gate = threading.Event()
-        self.entered = threading.Event()
-        self.synced_to: list[int] = []
-        self._service._flush = self._gated
+    def __init__(self, tmp_path, monkeypatch) -> None:
+        self._release = tmp_path / "sync-gate"
+        monkeypatch.setenv(sync_worker.HOLD_ENV, str(self._release))
+        self.store = None
 
-    def _gated(self) -> int:
-        self.entered.set()
-        if not self.gate.wait(WAIT_BOUND_S * 3):
-            raise AssertionError("the test never opened the sync's gate")
-        flushed = self._sync()
-        self.synced_to.append(flushed)
-        return flushed
+    def watch(self, store) -> None:
+        self.store = store
+
+    def open(self) -> None:
+        self._release.touch()
+
+    def entered(self) -> bool:
+        """A send's bytes are in the log: its sync command went to the worker with them."""
+        return self.store.commit_log_max_offset() > 0
+
+    def covers(self, physical_offset: int) -> bool:
+        """Whether the log is known synced past ``physical_offset`` (moved only when the
+        worker's sync returned)."""
+        return self.store.commit_log.queue.flushed_where > physical_offset
 
 
 async def wait_until(condition) -> None:
@@ -46,13 +51,15 @@ async def wait_until(condition) -> None:
 def answered_after_sync(sync: GatedSync, response: RemotingCommand) -> bool:
     """Whether a sync that had returned when ``response`` arrived covers its first record."""
     physical_offset = decode_offset_msg_id(response.ext_fields["msgId"].split(",")[0])[1]
-    return any(reached > physical_offset for reached in sync.synced_to)
+    return sync.covers(physical_offset)
 
 
-def test_sends_are_answered_only_after_the_sync_covering_them_returned(make_broker, serve):
+def test_sends_are_answered_only_after_the_sync_covering_them_returned(make_broker, serve,
+                                                                      tmp_path, monkeypatch):
+    sync = GatedSync(tmp_path, monkeypatch)
     broker = make_broker(store_kind="file", store_overrides={"flush_disk_type": "SYNC_FLUSH"})
     with_topic(broker, "Orders")
-    sync = GatedSync(broker.store)
+    sync.watch(broker.store)
 
     async def sends(link) -> list[tuple[RemotingCommand, bool]]:
         arrived: list[tuple[RemotingCommand, bool]] = []
@@ -67,7 +74,7 @@ def test_sends_are_answered_only_after_the_sync_covering_them_returned(make_brok
         # A lone send (the plain handler), then a read's worth: singles and a batch (the
         # group handler), all waiting behind the held sync.
         tasks = [send(send_request("Orders", b"lone"))]
-        await asyncio.to_thread(sync.entered.wait, WAIT_BOUND_S)
+        await wait_until(sync.entered)
         tasks += [send(send_request("Orders", f"m{n}".encode(), queue_id=n)) for n in range(3)]
         tasks.append(send(batch_request("Orders", [b"b1", b"b2"], queue_id=1)))
         await wait_until(lambda: broker.store.max_offset("Orders", 1) == 3)
@@ -76,7 +83,7 @@ def test_sends_are_answered_only_after_the_sync_covering_them_returned(make_brok
         probe = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
         assert (await link.invoke(probe)).code == ResponseCode.SUCCESS
         assert arrived == []
-        sync.gate.set()
+        sync.open()
         await asyncio.wait_for(asyncio.gather(*tasks), WAIT_BOUND_S)
         return arrived
 
@@ -85,7 +92,7 @@ def test_sends_are_answered_only_after_the_sync_covering_them_returned(make_brok
             try:
                 return await sends(link)
             finally:
-                sync.gate.set()  # a failed check must not leave the sync held
+                sync.open()  # a failed check must not leave the sync held
 
     arrived = asyncio.run(scenario())
     assert len(arrived) == 5
@@ -93,12 +100,13 @@ def test_sends_are_answered_only_after_the_sync_covering_them_returned(make_brok
     assert all(after for _, after in arrived), arrived
 
 
-def test_a_sync_later_than_sync_flush_timeout_is_answered_flush_disk_timeout(make_broker,
-                                                                              serve):
+def test_a_sync_later_than_sync_flush_timeout_is_answered_flush_disk_timeout(
+        make_broker, serve, tmp_path, monkeypatch):
+    sync = GatedSync(tmp_path, monkeypatch)
     broker = make_broker(store_kind="file", store_overrides={
         "flush_disk_type": "SYNC_FLUSH", "sync_flush_timeout_ms": 50})
     with_topic(broker, "Orders")
-    sync = GatedSync(broker.store)
+    sync.watch(broker.store)
 
     async def scenario():
         async with serve(broker) as link:
@@ -108,7 +116,7 @@ def test_a_sync_later_than_sync_flush_timeout_is_answered_flush_disk_timeout(mak
                     link.invoke(batch_request("Orders", [b"b1", b"b2"], queue_id=2),
                                 timeout_ms=60_000))
             finally:
-                sync.gate.set()
+                sync.open()
 
     responses = asyncio.run(scenario())
     assert [r.code for r in responses] == [ResponseCode.FLUSH_DISK_TIMEOUT] * 2
