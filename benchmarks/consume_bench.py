@@ -111,10 +111,16 @@ def main() -> int:
     cpus: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     broker_cpus: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     try:
-        subprocess.run([TIDEMQ, "bench", "produce", "-n", server.namesrv, "-t", "Backlog",
-                        "-s", str(args.size), "-b", "64", "-c", "16", "--count",
-                        str(args.messages), "--json"],
-                       capture_output=True, text=True, timeout=900, check=True)
+        filled = subprocess.run([TIDEMQ, "bench", "produce", "-n", server.namesrv, "-t",
+                                 "Backlog", "-s", str(args.size), "-b", "64", "-c", "16",
+                                 "--count", str(args.messages), "--json"],
+                                capture_output=True, text=True, timeout=900, check=True)
+        produced = json.loads(filled.stdout.strip().splitlines()[-1])
+        if produced["errors"]:
+            # A short backlog would leave every consumer waiting for its --count until the
+            # harness's timeout (seen at load 15: 19,455 of 600,000 sends failed).
+            raise RuntimeError(f"filling the backlog: {produced['errors']} of {args.messages} "
+                               f"sends failed ({produced['first_error']}); run again")
         broker_pid = server.process.pid
         wait_process_idle(broker_pid)
         if args.fifo is not None:
