@@ -18,7 +18,8 @@ answers on stdout with one line for all of them::
 
 Every command up to the last token is covered by that sync: its bytes were written before
 it was sent, and the sync started after it was read. The worker keeps the last file it
-synced open between batches (normally the segment being written). It ends at EOF on stdin.
+synced open between batches (normally the segment being written), reopening it when the
+name now holds another file. It ends at EOF on stdin and ignores SIGINT.
 
 Test hook: with ``TIDEMQ_SYNC_WORKER_HOLD=<path>`` in its environment the worker waits
 before each batch's syncs until ``<path>`` exists (a test proves that no answer comes before
@@ -31,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import sys
 import time
 
@@ -43,6 +45,17 @@ def _fdatasync(fd: int, fail: str | None) -> None:
     if fail is not None and os.path.exists(fail):
         raise OSError(errno.EIO, f"Input/output error (test hook {FAIL_ENV})")
     getattr(os, "fdatasync", os.fsync)(fd)
+
+
+def _same_file(path: str, fd: int) -> bool:
+    # The kept descriptor is still the file at ``path``: a segment cut away and made again
+    # under its name (a truncation, a role switch) is another inode, and syncing the old one
+    # would answer OK for bytes that are not on disk. Two stats per batch, against a sync.
+    try:
+        named, kept = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (named.st_ino, named.st_dev) == (kept.st_ino, kept.st_dev)
 
 
 def _wait_for_release(path: str) -> None:
@@ -78,7 +91,7 @@ def serve(commands: int, answers: int, hold: str | None = None,
         failures: list[str] = []
         for path in paths:
             try:
-                if path != kept_path:
+                if path != kept_path or not _same_file(path, kept_fd):
                     if kept_fd >= 0:
                         os.close(kept_fd)
                     kept_fd, kept_path = -1, None
@@ -99,6 +112,10 @@ def serve(commands: int, answers: int, hold: str | None = None,
 
 
 if __name__ == "__main__":
+    # The worker ends when its broker closes the pipe (stop, or the broker's death), not on
+    # the terminal's Ctrl-C, which reaches the whole process group before the broker has
+    # answered what it has in flight.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):
         serve(sys.stdin.fileno(), sys.stdout.fileno(), os.environ.get(HOLD_ENV),
               os.environ.get(FAIL_ENV))

@@ -102,3 +102,35 @@ def test_a_killed_worker_falls_back_and_every_request_is_answered(held_store, ca
     later = store.put_message(message(body=b"later"))
     assert later.wait_durable(30) is PutStatus.PUT_OK
     assert store.commit_log.queue.flushed_where == store.commit_log_max_offset()
+
+
+def test_the_worker_syncs_the_file_now_at_a_name_not_the_one_it_kept_open(tmp_path,
+                                                                          monkeypatch):
+    # A segment cut away and made again under its name (truncation) is another inode: the
+    # worker's kept descriptor of the old one must not answer for the new one's bytes.
+    synced: list[int] = []
+    monkeypatch.setattr(sync_worker, "_fdatasync",
+                        lambda fd, fail: synced.append(os.fstat(fd).st_ino))
+    commands_read, commands_write = os.pipe()
+    answers_read, answers_write = os.pipe()
+    worker = threading.Thread(target=sync_worker.serve, args=(commands_read, answers_write))
+    worker.start()
+    segment = tmp_path / "00000000000000000000"
+    try:
+        segment.write_bytes(b"old")
+        old_inode = segment.stat().st_ino
+        os.write(commands_write, f"1 {segment}\n".encode())
+        assert os.read(answers_read, 100) == b"OK 1\n"
+        keep_old_inode_alive = tmp_path / "cut"
+        segment.rename(keep_old_inode_alive)  # the old inode lives on: its number stays taken
+        segment.write_bytes(b"new")
+        new_inode = segment.stat().st_ino
+        assert new_inode != old_inode
+        os.write(commands_write, f"2 {segment}\n".encode())
+        assert os.read(answers_read, 100) == b"OK 2\n"
+        assert synced == [old_inode, new_inode]
+    finally:
+        os.close(commands_write)
+        worker.join(10)
+        for fd in (commands_read, answers_read, answers_write):
+            os.close(fd)
