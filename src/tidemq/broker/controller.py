@@ -289,6 +289,8 @@ class BrokerController:
             raise RuntimeError("BrokerController.start called twice")
         self._started = True
         self.loop = asyncio.get_running_loop()
+        # SYNC_FLUSH: a sync's answer reaches the loop without a store thread taking the GIL.
+        self.store.answer_syncs_on_loop(self.loop.add_reader, self.loop.remove_reader)
         try:
             await self.server.start()
             if self.config.listen_port == 0:  # a test asked for any free port

@@ -31,6 +31,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from tidemq.errors import StoreError
 from tidemq.store import rebuild, recovery
@@ -213,6 +214,15 @@ class FileMessageStore(StoreCore):
         if flushed >= end and self.checkpoint is not None:
             self.checkpoint.physic_msg_timestamp = timestamp
         return flushed
+
+    def answer_syncs_on_loop(self, add_reader: Callable[[int, Callable[[], None]], None],
+                             remove_reader: Callable[[int], bool]) -> bool:
+        """See ``MessageStore.answer_syncs_on_loop``: the sync worker's answers are read on
+        the loop (worker_group_commit.py)."""
+        service = self._group_commit
+        if isinstance(service, WorkerGroupCommitService):
+            return service.answer_on_loop(add_reader, remove_reader)
+        return False
 
     def _commit_log_synced(self, timestamp: int) -> None:
         # The sync worker made the log durable up to records stored at ``timestamp``.

@@ -363,6 +363,13 @@ class MessageStore(abc.ABC):
     def close(self) -> None:
         """Flush and release everything; a clean close makes the next open a normal recovery."""
 
+    def answer_syncs_on_loop(self, add_reader: Callable[[int, Callable[[], None]], None],
+                             remove_reader: Callable[[int], bool]) -> bool:
+        """Complete SYNC_FLUSH ``durable`` Futures on the caller's event loop (call on its
+        thread, with its ``add_reader``/``remove_reader``) rather than on a store thread;
+        returns whether the store does so (a store without a sync worker: False)."""
+        return False
+
     def __enter__(self) -> MessageStore:
         return self
 

@@ -29,9 +29,9 @@ thread; the in-flight commands and the failover flag are guarded by ``_lock``.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -72,8 +72,9 @@ def advance_flushed_where(queue: MappedFileQueue) -> int:
     files = queue.files
     if not files:
         return queue.flushed_where
-    starts = [mapped.file_from_offset for mapped in files]
-    first = max(0, bisect.bisect_right(starts, queue.flushed_where) - 1)
+    first = len(files) - 1  # the segment holding the flushed offset, found from the end
+    while first > 0 and files[first].file_from_offset > queue.flushed_where:
+        first -= 1
     for mapped in files[first:]:
         if mapped.flushed_position < mapped.file_size:
             flushed_where = mapped.file_from_offset + mapped.flushed_position
@@ -106,6 +107,14 @@ class WorkerGroupCommitService:
         self._process: subprocess.Popen[bytes] | None = None
         self._commands_fd = -1
         self.answers = 0  # answer lines read: one per worker sync (tests, metrics)
+        # The answers' pipe, read by the reader thread or (answer_on_loop) the event loop;
+        # _read_lock keeps one reader at a time and guards _buffered (a partial line).
+        self._answers_fd = -1
+        self._buffered = b""
+        self._read_lock = threading.Lock()
+        self._wake_r, self._wake_w = -1, -1
+        # (remove_reader, the loop's thread id) once the loop reads the answers.
+        self._on_loop: tuple[Callable[[int], bool], int] | None = None
         self._reader = threading.Thread(target=self._read_answers, name="tidemq-sync-worker-reader",
                                         daemon=True)
 
@@ -132,8 +141,10 @@ class WorkerGroupCommitService:
             self._start_fallback()
             self._failed_over = True
             return
-        assert self._process.stdin is not None
+        assert self._process.stdin is not None and self._process.stdout is not None
         self._commands_fd = self._process.stdin.fileno()
+        self._answers_fd = self._process.stdout.fileno()
+        self._wake_r, self._wake_w = os.pipe()
         self._reader.start()
 
     def request(self, end_offset: int) -> Future[PutStatus]:
@@ -145,14 +156,17 @@ class WorkerGroupCommitService:
             if self._failed_over:
                 return self._fallback.request(end_offset)
             queue = self._queue
-            files = queue.files
-            starts = [mapped.file_from_offset for mapped in files]
-            first = max(0, bisect.bisect_right(starts, queue.flushed_where) - 1)
+            flushed_where = queue.flushed_where
             segments = []
-            for mapped in files[first:]:
+            # From the newest segment back to the one holding the flushed offset (normally
+            # the newest itself): no work per segment of a long log.
+            for mapped in reversed(queue.files):
                 write_position = mapped.write_position
                 if write_position > mapped.flushed_position and mapped.path is not None:
                     segments.append((mapped, write_position))
+                if mapped.file_from_offset <= flushed_where:
+                    break
+            segments.reverse()
             if not segments:
                 if end_offset <= queue.flushed_where:
                     return _done(PutStatus.PUT_OK)
@@ -193,30 +207,70 @@ class WorkerGroupCommitService:
             again.add_done_callback(lambda done, target=command.future: target.set_result(
                 done.result()))
 
+    def answer_on_loop(self, add_reader: Callable[[int, Callable[[], None]], None],
+                       remove_reader: Callable[[int], bool]) -> bool:
+        """Read the worker's answers on the caller's event loop instead of the reader thread
+        (call on the loop's thread, with its ``add_reader``/``remove_reader``): a completed
+        sync then answers at the loop's next turn, without a thread taking the GIL from it.
+        Returns whether it switched (False: no worker, or already switched)."""
+        with self._lock:
+            if self._failed_over or self._stopping or self._on_loop is not None \
+                    or not self._reader.is_alive():
+                return False
+            self._on_loop = (remove_reader, threading.get_ident())
+        os.write(self._wake_w, b"x")
+        self._reader.join()
+        with self._read_lock:
+            if self._answers_fd < 0:  # the reader met the worker's end meanwhile
+                self._on_loop = None
+                return False
+            os.set_blocking(self._answers_fd, False)
+            add_reader(self._answers_fd, self._read_on_loop)
+        return True
+
     def _read_answers(self) -> None:
-        process = self._process
-        assert process is not None and process.stdout is not None
-        answers_fd = process.stdout.fileno()
-        buffered = b""
+        # The reader thread: until the worker's end, or until answer_on_loop wakes it.
         while True:
-            try:
-                chunk = os.read(answers_fd, 1 << 16)
-            except OSError as e:
-                chunk, error = b"", f"reading its answers failed: {e}"
-            else:
-                error = "it ended"
-            if not chunk:
-                with self._lock:
-                    if self._inflight or not self._stopping:
-                        self._fail_over_locked(error)
-                return
-            buffered += chunk
-            end = buffered.rfind(b"\n")
-            if end < 0:
-                continue
-            lines, buffered = buffered[:end].split(b"\n"), buffered[end + 1:]
-            for line in lines:
-                self._answer(line)
+            readable, _, _ = select.select([self._answers_fd, self._wake_r], [], [])
+            if self._answers_fd not in readable:
+                return  # woken: the loop reads from now on
+            with self._read_lock:
+                if not self._read_some():
+                    return
+
+    def _read_on_loop(self) -> None:
+        with self._read_lock:
+            fd = self._answers_fd
+            if fd >= 0 and not self._read_some():
+                assert self._on_loop is not None
+                self._on_loop[0](fd)
+
+    def _read_some(self) -> bool:
+        # Under _read_lock: one read of answers, answered; False at the worker's end (the
+        # requests in flight then went to the fallback service).
+        try:
+            chunk = os.read(self._answers_fd, 1 << 16)
+        except BlockingIOError:
+            return True
+        except OSError as e:
+            chunk, error = b"", f"reading its answers failed: {e}"
+        else:
+            error = "it ended"
+        if not chunk:
+            self._answers_fd = -1
+            with self._lock:
+                if self._inflight or not self._stopping:
+                    self._fail_over_locked(error)
+            return False
+        buffered = self._buffered + chunk
+        end = buffered.rfind(b"\n")
+        if end < 0:
+            self._buffered = buffered
+            return True
+        lines, self._buffered = buffered[:end].split(b"\n"), buffered[end + 1:]
+        for line in lines:
+            self._answer(line)
+        return True
 
     def _answer(self, line: bytes) -> None:
         self.answers += 1
@@ -261,8 +315,24 @@ class WorkerGroupCommitService:
                 process.stdin.close()  # EOF: the worker answers what it read and ends
             if self._reader.is_alive():
                 self._reader.join()
+            on_loop = self._on_loop
+            with self._read_lock:
+                if on_loop is not None and self._answers_fd >= 0:
+                    # The loop cannot run while its thread is here: read the last answers
+                    # on this thread (off the loop's thread, its reader stays registered
+                    # and stops at the end).
+                    if on_loop[1] == threading.get_ident():
+                        on_loop[0](self._answers_fd)
+                    os.set_blocking(self._answers_fd, True)
+                    while self._read_some():
+                        pass
             process.wait()
-            if process.stdout is not None:
+            if process.stdout is not None and (on_loop is None or
+                                               on_loop[1] == threading.get_ident()):
                 process.stdout.close()
+            for fd in (self._wake_r, self._wake_w):
+                if fd >= 0:
+                    os.close(fd)
+            self._wake_r = self._wake_w = -1
         if self._fallback_started:
             self._fallback.stop()

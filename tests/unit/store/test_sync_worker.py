@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -134,3 +135,47 @@ def test_the_worker_syncs_the_file_now_at_a_name_not_the_one_it_kept_open(tmp_pa
         worker.join(10)
         for fd in (commands_read, answers_read, answers_write):
             os.close(fd)
+
+
+def test_answers_read_on_the_event_loop_complete_on_its_thread(tmp_path):
+    store = FileMessageStore(small_config(tmp_path / "store", flush_disk_type="SYNC_FLUSH"))
+    service = _service(store)
+    completed_on: list[int] = []
+
+    async def scenario() -> list[PutStatus]:
+        loop = asyncio.get_running_loop()
+        assert store.answer_syncs_on_loop(loop.add_reader, loop.remove_reader)
+        assert not service._reader.is_alive()  # the thread handed the answers to the loop
+        results = [store.put_message(message(body=b"l%d" % i)) for i in range(5)]
+        for result in results:
+            result.durable.add_done_callback(
+                lambda _done: completed_on.append(threading.get_ident()))
+        statuses = await asyncio.wait_for(
+            asyncio.gather(*(asyncio.wrap_future(r.durable) for r in results)), 30)
+        pending = store.put_message(message(body=b"at close"))
+        store.close()  # on the loop's thread, as the broker's shutdown does
+        assert pending.durable.result(0) is PutStatus.PUT_OK
+        return statuses
+
+    try:
+        assert asyncio.run(scenario()) == [PutStatus.PUT_OK] * 5
+    finally:
+        store.close()
+    assert completed_on == [threading.get_ident()] * 5
+
+
+def test_a_killed_worker_read_on_the_loop_falls_back(held_store):
+    store, _release = held_store
+    service = _service(store)
+
+    async def scenario() -> list[PutStatus]:
+        loop = asyncio.get_running_loop()
+        assert store.answer_syncs_on_loop(loop.add_reader, loop.remove_reader)
+        results = [store.put_message(message(body=b"k%d" % i)) for i in range(3)]
+        os.kill(service.worker_pid, signal.SIGKILL)  # the worker this test's store started
+        return await asyncio.wait_for(
+            asyncio.gather(*(asyncio.wrap_future(r.durable) for r in results)), 30)
+
+    assert asyncio.run(scenario()) == [PutStatus.PUT_OK] * 3
+    assert service.worker_pid is None
+    assert store.put_message(message(body=b"after")).wait_durable(30) is PutStatus.PUT_OK
