@@ -184,6 +184,7 @@ class FileMessageStore(StoreCore):
             self._group_commit = WorkerGroupCommitService(
                 self.commit_log.queue, self._sync_commit_log,
                 lambda: self.commit_log.last_store_timestamp, self._commit_log_synced,
+                self.flush_latency.observe,
             )
             self._group_commit.start()
         else:

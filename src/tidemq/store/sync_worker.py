@@ -12,8 +12,8 @@ each named file once with ``fdatasync`` (the page cache is per inode: a sync thr
 worker's own descriptor writes the pages the broker wrote through its mapping), and then
 answers on stdout with one line for all of them::
 
-    OK <last token>\\n
-    ERR <last token> <path>\\t<error>[\\t<path>\\t<error>...]\\n   (those syncs failed; the
+    OK <last token> <seconds>\\n
+    ERR <last token> <seconds> <path>\\t<error>[\\t<path>\\t<error>...]\\n   (those failed; the
                                                  other files of the batch were synced)
 
 Every command up to the last token is covered by that sync: its bytes were written before
@@ -89,6 +89,7 @@ def serve(commands: int, answers: int, hold: str | None = None,
         if hold is not None:
             _wait_for_release(hold)
         failures: list[str] = []
+        started = time.perf_counter()
         for path in paths:
             try:
                 if path != kept_path or not _same_file(path, kept_fd):
@@ -103,10 +104,13 @@ def serve(commands: int, answers: int, hold: str | None = None,
                     os.close(kept_fd)
                 kept_fd, kept_path = -1, None
                 failures.append(f"{path}\t{e}".replace("\n", " "))
+        # <seconds>: how long the batch's syncs took (the broker's flush-latency metric).
+        took = f" {time.perf_counter() - started:.6f}".encode()
         if failures:
-            os.write(answers, b"ERR " + last_token + b" " + "\t".join(failures).encode() + b"\n")
+            os.write(answers, b"ERR " + last_token + took + b" "
+                     + "\t".join(failures).encode() + b"\n")
         else:
-            os.write(answers, b"OK " + last_token + b"\n")
+            os.write(answers, b"OK " + last_token + took + b"\n")
     if kept_fd >= 0:
         os.close(kept_fd)
 

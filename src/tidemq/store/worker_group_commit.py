@@ -90,10 +90,13 @@ class WorkerGroupCommitService:
     ``start``/``request``/``stop`` as ``GroupCommitService``, which it falls back to."""
 
     def __init__(self, queue: MappedFileQueue, flush: Callable[[], int],
-                 store_timestamp: Callable[[], int], synced: Callable[[int], None]) -> None:
+                 store_timestamp: Callable[[], int], synced: Callable[[int], None],
+                 observe: Callable[[float], None] | None = None) -> None:
         """``queue``: the commit log's segments; ``flush``: the in-process sync for the
         fallback; ``store_timestamp``: the newest record's store time; ``synced(time)``:
-        called when the log is durable up to a command's end (records it in the checkpoint)."""
+        called when the log is durable up to a command's end (records it in the checkpoint);
+        ``observe(seconds)``: each worker sync's duration (the flush-latency metric)."""
+        self._observe = observe
         self._queue = queue
         self._store_timestamp = store_timestamp
         self._synced = synced
@@ -275,8 +278,11 @@ class WorkerGroupCommitService:
     def _answer(self, line: bytes) -> None:
         self.answers += 1
         status, _, rest = line.partition(b" ")
-        token_text, _, failures_text = rest.partition(b" ")
+        token_text, _, rest = rest.partition(b" ")
+        seconds_text, _, failures_text = rest.partition(b" ")
         token = int(token_text)
+        if self._observe is not None:
+            self._observe(float(seconds_text))
         failed: set[str] = set()
         if status == b"ERR":
             fields = failures_text.decode(errors="replace").split("\t")
