@@ -28,6 +28,7 @@ from prometheus_client.core import (
 from tidemq.metrics.exporter import MetricsExporter
 from tidemq.metrics.requests import RequestMetrics
 from tidemq.protocol.codes import TIDEMQ_VERSION
+from tidemq.store.disk_space import DiskUsage, used_percent
 
 if TYPE_CHECKING:
     from tidemq.broker.parts import BrokerParts
@@ -173,9 +174,11 @@ class BrokerCollector:
         disk.add_metric(("used",), usage.used)
         disk.add_metric(("free",), usage.free)
         yield disk
-        ratio = GaugeMetricFamily("tidemq_broker_disk_used_ratio",
-                                  "Used share of the store path's file system (0-1).")
-        ratio.add_metric((), usage.used / usage.total if usage.total else 0.0)
+        ratio = GaugeMetricFamily(
+            "tidemq_broker_disk_used_ratio",
+            "Used share of the store path's file system (0-1), as df and the store's "
+            "retention and disk-full checks count it: used / (used + free).")
+        ratio.add_metric((), used_percent(DiskUsage(usage.total, usage.used, usage.free)) / 100)
         yield ratio
 
 

@@ -46,6 +46,22 @@ class DiskUsage(NamedTuple):
     free: int
 
 
+def used_percent(usage: DiskUsage) -> float:
+    """Percent of the volume in use, as ``df`` and RocketMQ count it: used bytes over used
+    plus available ones, rounded up to a whole percent.
+
+    Not ``(total - free) / total``: ``free`` is what an unprivileged process may still use,
+    so blocks the file system keeps back (ext4 reserves 5 % for root; some volumes far more)
+    would count as used, and retention would delete segments of a volume ``df`` shows as
+    a third full. RocketMQ's ``getDiskPartitionSpaceUsedPercent`` is ``used / (used +
+    usable)``, rounded up (docs/protocol.md, store retention).
+    """
+    entire = usage.used + usage.free
+    if entire <= 0:
+        return 0.0
+    return float(-(-usage.used * 100 // entire))
+
+
 class DiskSpaceGuard:
     """Says whether the store under ``path`` may take writes now.
 
@@ -89,7 +105,7 @@ class DiskSpaceGuard:
             logger.warning("cannot measure the volume of %s: %s", self.path, e)
             self._refusal = None
             return None
-        ratio = 100.0 * (usage.total - usage.free) / usage.total if usage.total else 0.0
+        ratio = used_percent(usage)
         if ratio > self.warning_ratio:
             self._refusal = (
                 f"disk full: the store {self.path} is on a volume {ratio:.1f}% used "

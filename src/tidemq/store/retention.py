@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tidemq.store.config import StoreConfig
+from tidemq.store.disk_space import DiskUsage, used_percent
 from tidemq.store.mapped_file import MappedFile
 
 # RocketMQ's DELETE_FILES_BATCH_MAX: bounds the I/O of one retention run.
@@ -93,6 +94,7 @@ def last_modified_ms(segment: MappedFile) -> int:
 
 
 def disk_used_ratio(path: str) -> float:
-    """Percent of the volume holding ``path`` that is in use."""
+    """Percent of the volume holding ``path`` that is in use (``disk_space.used_percent``:
+    as ``df`` and RocketMQ count it)."""
     usage = shutil.disk_usage(path)
-    return 100.0 * (usage.total - usage.free) / usage.total if usage.total else 0.0
+    return used_percent(DiskUsage(usage.total, usage.used, usage.free))

@@ -253,3 +253,14 @@ def one_batch(queue_id: int, count: int, body: bytes) -> MessageBatch:
         [(unique,) for unique in unique_keys],
         born_timestamp=1_699_999_999_000, born_host="10.0.0.7:4242",
     )
+
+
+def test_the_volume_is_as_full_as_df_says_blocks_kept_back_by_the_file_system_are_not_used():
+    # 1000 bytes, 300 used, 50 available to us, 650 kept back (root's reserve, a quota):
+    # df and RocketMQ say 86 % (used / (used + available), rounded up), not 95 %.
+    kept_back = DiskUsage(total=1000, used=300, free=50)
+    assert disk_space.used_percent(kept_back) == 86.0
+    assert disk_space.used_percent(DiskUsage(total=1000, used=950, free=50)) == 95.0
+    assert disk_space.used_percent(DiskUsage(total=0, used=0, free=0)) == 0.0
+    guard = DiskSpaceGuard("/store", 90, usage=lambda path: kept_back, clock=lambda: 0.0)
+    assert guard.refusal() is None

@@ -134,3 +134,26 @@ def test_memory_store_segments_expire_by_their_last_write(store):
     assert store.run_retention(local_ms(hour=4), disk_used_ratio=10) == 2
     assert store.min_offset(TOPIC, 0) == 2
     assert store.get_messages(TOPIC, 0, 0, 32, 1 << 20).status is GetStatus.OFFSET_TOO_SMALL
+
+
+def test_the_disk_is_measured_as_df_does_so_kept_back_blocks_delete_nothing(config,
+                                                                           monkeypatch):
+    # A volume df shows 60 % full, with most of its free blocks kept back from us (root's
+    # reserve, a quota): 80 % by total-minus-available, which wrongly deleted these.
+    from collections import namedtuple
+
+    from tidemq.store import retention
+
+    usage = namedtuple("usage", "total used free")(1000, 300, 200)
+    monkeypatch.setattr(retention.shutil, "disk_usage", lambda path: usage)
+    store = FileMessageStore(config)
+    try:
+        fill_segments(store, 4)
+        names = segment_names(store)
+        now = local_ms(hour=13)
+        age_segments(config, names[:3], now - 100 * HOUR_MS)
+        assert retention.disk_used_ratio(config.store_path_root_dir) == 60.0
+        assert store.run_retention(now) == 0
+        assert segment_names(store) == names
+    finally:
+        store.close()
