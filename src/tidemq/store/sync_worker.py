@@ -19,7 +19,7 @@ answers on stdout with one line for all of them::
 Every command up to the last token is covered by that sync: its bytes were written before
 it was sent, and the sync started after it was read. The worker keeps the last file it
 synced open between batches (normally the segment being written), reopening it when the
-name now holds another file. It ends at EOF on stdin and ignores SIGINT.
+name now holds another file. It ends at EOF on stdin and ignores SIGINT and SIGTERM.
 
 Test hook: with ``TIDEMQ_SYNC_WORKER_HOLD=<path>`` in its environment the worker waits
 before each batch's syncs until ``<path>`` exists (a test proves that no answer comes before
@@ -117,9 +117,11 @@ def serve(commands: int, answers: int, hold: str | None = None,
 
 if __name__ == "__main__":
     # The worker ends when its broker closes the pipe (stop, or the broker's death), not on
-    # the terminal's Ctrl-C, which reaches the whole process group before the broker has
-    # answered what it has in flight.
+    # the terminal's Ctrl-C or a service manager's SIGTERM to the whole process group
+    # (systemd's default), which reach it before the broker has answered what it has in
+    # flight: the broker would log the worker as gone at every stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):
         serve(sys.stdin.fileno(), sys.stdout.fileno(), os.environ.get(HOLD_ENV),
               os.environ.get(FAIL_ENV))

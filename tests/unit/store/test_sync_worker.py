@@ -180,3 +180,27 @@ def test_a_killed_worker_read_on_the_loop_falls_back(held_store):
     assert asyncio.run(scenario()) == [PutStatus.PUT_OK] * 3
     assert service.worker_pid is None
     assert store.put_message(message(body=b"after")).wait_durable(30) is PutStatus.PUT_OK
+
+
+def test_the_worker_outlives_sigint_and_sigterm_and_ends_when_its_pipe_closes():
+    # A service manager signals the whole process group at stop; the worker must keep
+    # serving until its broker closes the pipe, or every stop would log it as gone.
+    import subprocess
+    import sys
+
+    worker = subprocess.Popen([sys.executable, "-I", sync_worker.__file__],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        os.write(worker.stdin.fileno(), b"1 \n")  # a command naming no file: answered at once
+        assert os.read(worker.stdout.fileno(), 100).startswith(b"OK 1")  # handlers are set
+        worker.send_signal(signal.SIGINT)
+        worker.send_signal(signal.SIGTERM)
+        os.write(worker.stdin.fileno(), b"2 \n")
+        assert os.read(worker.stdout.fileno(), 100).startswith(b"OK 2")
+        worker.stdin.close()
+        assert worker.wait(timeout=30) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()  # the worker this test started
+            worker.wait()
+        worker.stdout.close()
