@@ -243,16 +243,22 @@ def sync_mapped_files(queue: MappedFileQueue, syncer: SegmentSyncer | None = Non
         return queue.flushed_where
     starts = [mapped.file_from_offset for mapped in files]
     first = max(0, bisect.bisect_right(starts, queue.flushed_where) - 1)
-    flushed_where = None
     sync = _sync_segment if syncer is None else syncer.sync
     for mapped in files[first:]:
         sync(mapped)
-        if flushed_where is None and mapped.flushed_position < mapped.file_size:
-            flushed_where = mapped.file_from_offset + mapped.flushed_position
-    if flushed_where is None:
-        flushed_where = files[-1].file_from_offset + files[-1].flushed_position
+    flushed_where = contiguous_synced_offset(files, first)
     queue.flushed_where = flushed_where
     return flushed_where
+
+
+def contiguous_synced_offset(files: list[MappedFile], first: int) -> int:
+    """The log offset up to which ``files[first:]`` are synced with no gap: the flushed point
+    of the first of them not wholly synced, or the last one's (``MappedFileQueue.flush``'s
+    rule). ``files`` is not empty."""
+    for mapped in files[first:]:
+        if mapped.flushed_position < mapped.file_size:
+            return mapped.file_from_offset + mapped.flushed_position
+    return files[-1].file_from_offset + files[-1].flushed_position
 
 
 def _sync_segment(mapped: MappedFile) -> int:

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from tidemq.store import sync_worker
-from tidemq.store.flush import GroupCommitService
+from tidemq.store.flush import GroupCommitService, contiguous_synced_offset
 from tidemq.store.interface import PutStatus
 from tidemq.store.mapped_file import MappedFile
 from tidemq.store.mapped_file_queue import MappedFileQueue
@@ -75,13 +75,7 @@ def advance_flushed_where(queue: MappedFileQueue) -> int:
     first = len(files) - 1  # the segment holding the flushed offset, found from the end
     while first > 0 and files[first].file_from_offset > queue.flushed_where:
         first -= 1
-    for mapped in files[first:]:
-        if mapped.flushed_position < mapped.file_size:
-            flushed_where = mapped.file_from_offset + mapped.flushed_position
-            break
-    else:
-        flushed_where = files[-1].file_from_offset + files[-1].flushed_position
-    queue.flushed_where = max(queue.flushed_where, flushed_where)
+    queue.flushed_where = max(queue.flushed_where, contiguous_synced_offset(files, first))
     return queue.flushed_where
 
 
