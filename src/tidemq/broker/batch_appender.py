@@ -94,10 +94,6 @@ class BatchAppender:
         stats = self._stats
         stats.record_put_latency(elapsed_s)
         for (batch, future), result in zip(pending, results, strict=True):
-            if result.status is PutStatus.PUT_OK:
-                stats.record_put(result.message_count, result.wrote_bytes, elapsed_ms,
-                                 batch.topic)
-            else:
-                stats.record_put_failure()
+            stats.record_put_result(result, result.message_count, elapsed_ms, batch.topic)
             if not future.done():  # a cancelled handler (shutdown) is not answered
                 future.set_result(result)

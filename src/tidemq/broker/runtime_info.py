@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING
 
 from tidemq.protocol.codes import TIDEMQ_VERSION
 from tidemq.protocol.message import POSITION_SYSFLAG, store_timestamp_position
+from tidemq.store.interface import PutStatus
 from tidemq.timings import LatencyTally
 
 if TYPE_CHECKING:
-    from tidemq.store.interface import MessageStore
+    from tidemq.store.interface import MessageStore, PutResult
 
 # The version we speak (V4_9_8), so admin tools show what they would for that broker.
 BROKER_VERSION_DESC = "V4_9_8"
@@ -104,6 +105,15 @@ class BrokerStats:
             else:
                 totals[0] += message_count
                 totals[1] += stored_bytes
+
+    def record_put_result(self, result: PutResult, message_count: int, elapsed_ms: int,
+                          topic: str) -> None:
+        """Count one send or batch the store answered: ``record_put`` when it stored it,
+        ``record_put_failure`` when it refused it."""
+        if result.status is PutStatus.PUT_OK:
+            self.record_put(message_count, result.wrote_bytes, elapsed_ms, topic)
+        else:
+            self.record_put_failure()
 
     def record_put_latency(self, seconds: float) -> None:
         """One store put (a send, a batch, or a group of sends stored together) took

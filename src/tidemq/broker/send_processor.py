@@ -540,10 +540,7 @@ class SendMessageProcessor:
         stats = self._stats
         stats.record_put_latency(elapsed_s)
         for single, result in zip(singles, results, strict=True):
-            if result.status is PutStatus.PUT_OK:
-                stats.record_put(1, result.wrote_bytes, elapsed_ms, single.message.topic)
-            else:
-                stats.record_put_failure()
+            stats.record_put_result(result, 1, elapsed_ms, single.message.topic)
             outcomes[single.position] = _Stored(result, single.wait, single.queue_id)
         singles.clear()
 
@@ -712,10 +709,7 @@ class SendMessageProcessor:
         stats = self._stats
         elapsed_s = time.monotonic() - started
         stats.record_put_latency(elapsed_s)
-        if result.status is PutStatus.PUT_OK:
-            stats.record_put(result.message_count, result.wrote_bytes, int(elapsed_s * 1000), topic)
-        else:
-            stats.record_put_failure()
+        stats.record_put_result(result, result.message_count, int(elapsed_s * 1000), topic)
 
     async def _respond(
         self, request: RemotingCommand, stored: _Stored, ext_fields: dict[str, str]
