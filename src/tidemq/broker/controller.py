@@ -55,6 +55,7 @@ from tidemq.broker.controller_agent import ControllerAgent
 from tidemq.broker.exactly_once.processor import ExactlyOnceProcessor
 from tidemq.broker.exactly_once.service import ExactlyOnceService
 from tidemq.broker.group_names import GroupNameChecked
+from tidemq.broker.ha.flush_waits import settle_ready
 from tidemq.broker.lock_manager import LockBatchProcessor
 from tidemq.broker.maintenance_processor import MaintenanceProcessor
 from tidemq.broker.metrics import broker_exporter
@@ -289,8 +290,12 @@ class BrokerController:
             raise RuntimeError("BrokerController.start called twice")
         self._started = True
         self.loop = asyncio.get_running_loop()
-        # SYNC_FLUSH: a sync's answer reaches the loop without a store thread taking the GIL.
-        self.store.answer_syncs_on_loop(self.loop.add_reader, self.loop.remove_reader)
+        # SYNC_FLUSH: a sync's answer reaches the loop without a store thread taking the GIL,
+        # and its sends are answered as soon as it is read, not after the callbacks already
+        # queued on the loop (an iteration's batch append, ~0.3 ms a batch).
+        loop = self.loop
+        self.store.answer_syncs_on_loop(loop.add_reader, loop.remove_reader,
+                                        lambda: settle_ready(loop))
         try:
             await self.server.start()
             if self.config.listen_port == 0:  # a test asked for any free port

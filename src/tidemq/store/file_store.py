@@ -217,12 +217,13 @@ class FileMessageStore(StoreCore):
         return flushed
 
     def answer_syncs_on_loop(self, add_reader: Callable[[int, Callable[[], None]], None],
-                             remove_reader: Callable[[int], bool]) -> bool:
+                             remove_reader: Callable[[int], bool],
+                             answered: Callable[[], None] | None = None) -> bool:
         """See ``MessageStore.answer_syncs_on_loop``: the sync worker's answers are read on
         the loop (worker_group_commit.py)."""
         service = self._group_commit
         if isinstance(service, WorkerGroupCommitService):
-            return service.answer_on_loop(add_reader, remove_reader)
+            return service.answer_on_loop(add_reader, remove_reader, answered)
         return False
 
     def _commit_log_synced(self, timestamp: int) -> None:

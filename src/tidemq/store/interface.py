@@ -364,10 +364,12 @@ class MessageStore(abc.ABC):
         """Flush and release everything; a clean close makes the next open a normal recovery."""
 
     def answer_syncs_on_loop(self, add_reader: Callable[[int, Callable[[], None]], None],
-                             remove_reader: Callable[[int], bool]) -> bool:
+                             remove_reader: Callable[[int], bool],
+                             answered: Callable[[], None] | None = None) -> bool:
         """Complete SYNC_FLUSH ``durable`` Futures on the caller's event loop (call on its
-        thread, with its ``add_reader``/``remove_reader``) rather than on a store thread;
-        returns whether the store does so (a store without a sync worker: False)."""
+        thread, with its ``add_reader``/``remove_reader``) rather than on a store thread,
+        calling ``answered()`` on the loop after each batch of them completed; returns
+        whether the store does so (a store without a sync worker: False)."""
         return False
 
     def __enter__(self) -> MessageStore:

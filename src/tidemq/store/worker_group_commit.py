@@ -112,6 +112,7 @@ class WorkerGroupCommitService:
         self._wake_r, self._wake_w = -1, -1
         # (remove_reader, the loop's thread id) once the loop reads the answers.
         self._on_loop: tuple[Callable[[int], bool], int] | None = None
+        self._answered: Callable[[], None] | None = None  # answer_on_loop's hook
         self._reader = threading.Thread(target=self._read_answers, name="tidemq-sync-worker-reader",
                                         daemon=True)
 
@@ -205,16 +206,21 @@ class WorkerGroupCommitService:
                 done.result()))
 
     def answer_on_loop(self, add_reader: Callable[[int, Callable[[], None]], None],
-                       remove_reader: Callable[[int], bool]) -> bool:
+                       remove_reader: Callable[[int], bool],
+                       answered: Callable[[], None] | None = None) -> bool:
         """Read the worker's answers on the caller's event loop instead of the reader thread
         (call on the loop's thread, with its ``add_reader``/``remove_reader``): a completed
         sync then answers at the loop's next turn, without a thread taking the GIL from it.
-        Returns whether it switched (False: no worker, or already switched)."""
+        ``answered()`` is called on the loop right after each read that completed requests'
+        Futures (the broker writes their sends' responses there, before the callbacks
+        already queued on the loop run). Returns whether it switched (False: no worker, or
+        already switched)."""
         with self._lock:
             if self._failed_over or self._stopping or self._on_loop is not None \
                     or not self._reader.is_alive():
                 return False
             self._on_loop = (remove_reader, threading.get_ident())
+            self._answered = answered
         os.write(self._wake_w, b"x")
         self._reader.join()
         with self._read_lock:
@@ -236,11 +242,15 @@ class WorkerGroupCommitService:
                     return
 
     def _read_on_loop(self) -> None:
+        answers = self.answers
         with self._read_lock:
             fd = self._answers_fd
             if fd >= 0 and not self._read_some():
                 assert self._on_loop is not None
                 self._on_loop[0](fd)
+        # Outside _read_lock: the hook answers sends, which may append and request again.
+        if self.answers != answers and self._answered is not None:
+            self._answered()
 
     def _read_some(self) -> bool:
         # Under _read_lock: one read of answers, answered; False at the worker's end (the

@@ -165,6 +165,44 @@ def test_answers_read_on_the_event_loop_complete_on_its_thread(tmp_path):
     assert completed_on == [threading.get_ident()] * 5
 
 
+def test_the_answered_hook_settles_a_syncs_sends_inside_the_read(tmp_path):
+    # The broker passes settle_ready as the hook: a sync's sends are answered inside the
+    # loop's read of its answer, not after the callbacks already queued on the loop.
+    from tidemq.broker.ha.flush_waits import answer_when_durable, settle_ready
+
+    store = FileMessageStore(small_config(tmp_path / "store", flush_disk_type="SYNC_FLUSH"))
+    service = _service(store)
+    events: list[str] = []
+
+    async def scenario() -> PutStatus:
+        loop = asyncio.get_running_loop()
+
+        def answered() -> None:
+            events.append(f"read, durable done: {result.durable.done()}")
+            settle_ready(loop)
+            events.append("hook returned")
+
+        assert store.answer_syncs_on_loop(loop.add_reader, loop.remove_reader, answered)
+        result = store.put_message(message(body=b"hooked"))
+        statuses: asyncio.Future[PutStatus] = loop.create_future()
+
+        def answer(status: PutStatus) -> None:
+            events.append(f"answered on the loop: {threading.get_ident() == loop_thread}")
+            statuses.set_result(status)
+
+        loop_thread = threading.get_ident()
+        answer_when_durable(result.durable, 30, answer, loop)
+        return await asyncio.wait_for(statuses, 30)
+
+    try:
+        assert asyncio.run(scenario()) is PutStatus.PUT_OK
+    finally:
+        store.close()
+    assert service.answers >= 1
+    assert events[:3] == ["read, durable done: True", "answered on the loop: True",
+                          "hook returned"]
+
+
 def test_a_killed_worker_read_on_the_loop_falls_back(held_store):
     store, _release = held_store
     service = _service(store)

@@ -19,7 +19,9 @@ wrote to once, so the responses of one sync leave in one write per connection.
 A group settles at the first of: the loop's turn for the flush thread's handoff, a
 ``settle_ready`` call that finds its store future done (the send processor calls it before
 each put, so a sync that completed while the loop was storing is answered after at most one
-more put rather than after every callback already queued), or its timer. Groups of one loop
+more put rather than after every callback already queued; the broker calls it right after
+the loop read the sync worker's answers, ``MessageStore.answer_syncs_on_loop``), or its
+timer. Groups of one loop
 settle in the order they were made, which is the order the group commit completes them.
 
 The group's timer starts with its first waiter, so a later waiter of the same group may be
@@ -34,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -96,10 +99,12 @@ class _Group:
 class _LoopWaits:
     """One event loop's groups, oldest first, and its handoff from the flush thread."""
 
-    __slots__ = ("__weakref__", "by_future", "loop", "order", "scheduled")
+    __slots__ = ("__weakref__", "by_future", "loop", "loop_thread", "order", "scheduled")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Made on the loop's thread (by a waiter's registration).
         self.loop = loop
+        self.loop_thread = threading.get_ident()
         self.by_future: dict[Future[PutStatus], _Group] = {}
         self.order: deque[_Group] = deque()
         self.scheduled = False  # a handoff from the flush thread is queued on the loop
@@ -122,7 +127,12 @@ class _LoopWaits:
         self.scheduled = True
         # RuntimeError: the loop is closed (the broker stopped); nobody waits any more.
         with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(self.settle_ready)
+            if threading.get_ident() == self.loop_thread:
+                # Completed on the loop (the sync worker's answers read there): no wake-up
+                # of the loop needed (its reader usually settles at once, settle_ready).
+                self.loop.call_soon(self.settle_ready)
+            else:
+                self.loop.call_soon_threadsafe(self.settle_ready)
 
     def settle_ready(self) -> None:
         self.scheduled = False
