@@ -21,7 +21,7 @@ from tidemq.client.subscription import Subscription
 from tidemq.errors import HeaderFieldError, RemoteProtocolError
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
-from tidemq.protocol.command import RemotingCommand
+from tidemq.protocol.command import RemotingCommand, next_opaque
 from tidemq.protocol.headers import (
     GetEarliestMsgStoretimeResponseHeader,
     PullMessageResponseHeader,
@@ -41,6 +41,8 @@ PULL_LITE = 0x10
 # the client waits 10 s longer for the answer so a held pull is never cut short by us.
 BROKER_SUSPEND_MAX_MS = 20_000
 PULL_RESPONSE_GRACE_MS = 10_000
+# The code as a plain int: an IntEnum member takes the header encoder's careful path.
+PULL_MESSAGE_CODE = int(RequestCode.PULL_MESSAGE)
 
 _PULL_STATUS = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
@@ -88,6 +90,30 @@ async def pull_message(
         RemotingError: transport failure.
         RemoteProtocolError: the response is malformed.
     """
+    fields = pull_request_fields(group, queue, offset, max_nums, subscription,
+                                 suspend_timeout_ms=suspend_timeout_ms,
+                                 commit_offset=commit_offset, lite=lite)
+    if timeout_ms is None:
+        timeout_ms = pull_timeout_ms(instance, suspend_timeout_ms)
+    # The fields are this request's own dict: no copy (ClientInstance.invoke copies).
+    request = RemotingCommand(PULL_MESSAGE_CODE, next_opaque(), 0, None, fields)
+    response = await instance.remoting.invoke(address, request,
+                                              timeout_ms or instance.request_timeout_ms)
+    return decode_pull_response(response, queue, subscription, address, check_crc=check_crc)
+
+
+def pull_request_fields(
+    group: str,
+    queue: MessageQueue,
+    offset: int,
+    max_nums: int,
+    subscription: Subscription,
+    *,
+    suspend_timeout_ms: int = 0,
+    commit_offset: int | None = None,
+    lite: bool = True,
+) -> dict[str, str]:
+    """The extFields of a PULL_MESSAGE request (a new dict; see ``pull_message``)."""
     sysflag = (PULL_SUBSCRIPTION | PULL_LITE) if lite else PULL_SUBSCRIPTION
     if suspend_timeout_ms > 0:
         sysflag |= PULL_SUSPEND
@@ -95,7 +121,7 @@ async def pull_message(
         sysflag |= PULL_COMMIT_OFFSET
     else:
         commit_offset = 0
-    fields = {
+    return {
         "consumerGroup": group,
         "topic": queue.topic,
         "queueId": str(queue.queue_id),
@@ -108,12 +134,13 @@ async def pull_message(
         "subVersion": str(subscription.version_ms),
         "expressionType": subscription.expression_type,
     }
-    if timeout_ms is None:
-        timeout_ms = (suspend_timeout_ms + PULL_RESPONSE_GRACE_MS if suspend_timeout_ms
-                      else instance.request_timeout_ms)
-    response = await instance.invoke(address, RequestCode.PULL_MESSAGE, fields,
-                                     timeout_ms=timeout_ms)
-    return decode_pull_response(response, queue, subscription, address, check_crc=check_crc)
+
+
+def pull_timeout_ms(instance: ClientInstance, suspend_timeout_ms: int) -> int:
+    """How long a pull's answer is waited for: a held pull's hold plus a grace (never cut
+    short by us), else the instance's request timeout."""
+    return (suspend_timeout_ms + PULL_RESPONSE_GRACE_MS if suspend_timeout_ms > 0
+            else instance.request_timeout_ms)
 
 
 def decode_pull_response(

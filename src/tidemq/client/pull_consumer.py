@@ -78,6 +78,7 @@ from tidemq.client.instance import (
 )
 from tidemq.client.lifecycle import ClientLifecycle, cancel_tasks, leave_quietly
 from tidemq.client.message import MessageQueue, PullResult, PullStatus
+from tidemq.client.parked_pull import ParkedPull, parking_connection, send_parked_pull
 from tidemq.client.producer import default_namesrv
 from tidemq.client.read_routing import ReadRouting, route_read_addresses
 from tidemq.client.rebalance import allocate_averagely
@@ -233,6 +234,12 @@ class _QueueState:
     # ahead) and the queue's max offset then; where pulls ahead may go (module docstring).
     stride: int = 0
     max_offset: int = 0
+    # The parked pull whose answer the read callback takes (module docstring), and the
+    # extFields its pulls start from (for ``pull_fields_of``, the subscription they carry).
+    parked: ParkedPull | None = None
+    pull_fields: dict[str, str] | None = None
+    pull_fields_of: Subscription | None = None
+    pull_timeout_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -585,14 +592,19 @@ class PullConsumer(ClientLifecycle):
     # -- fetching --------------------------------------------------------------------------
 
     def _start_fetch(self, state: _QueueState) -> None:
-        if self._state != "running" or state.task is not None:
+        if self._state != "running" or state.task is not None or state.parked is not None:
             return
-        state.task = asyncio.get_running_loop().create_task(
-            self._fetch_loop(state, state.epoch), name=f"tidemq-fetch-{state.queue}"
-        )
+        self._run_fetch_task(state, state.epoch)
+
+    def _run_fetch_task(self, state: _QueueState, epoch: int,
+                        error: Exception | None = None) -> None:
+        loop = self._instance.loop or asyncio.get_running_loop()  # no getpid (3.11)
+        state.task = loop.create_task(self._fetch_loop(state, epoch, error),
+                                      name=f"tidemq-fetch-{state.queue}")
 
     def _stop_fetch(self, state: _QueueState) -> None:
-        state.epoch += 1
+        state.epoch += 1  # a parked pull's answer is dropped by its epoch when it comes
+        state.parked = None
         if state.task is not None:
             state.task.cancel()
             state.task = None
@@ -606,13 +618,16 @@ class PullConsumer(ClientLifecycle):
             state.buffered_bytes = 0
             self._buffer = collections.deque(b for b in self._buffer if b.state is not state)
 
-    async def _fetch_loop(self, state: _QueueState, epoch: int) -> None:
+    async def _fetch_loop(self, state: _QueueState, epoch: int,
+                          error: Exception | None = None) -> None:
         queue = state.queue
         assert self._space_freed is not None
         # Pulls sent and not yet taken, in offset order: (offset, pull).
         in_flight: collections.deque[tuple[int, asyncio.Task[PullResult]]] = (
             collections.deque())
         try:
+            if error is not None:  # a parked pull failed (_parked_failed)
+                await back_off_after_pull_error(log, self.group, queue, error)
             while state.epoch == epoch:
                 try:
                     if state.fetch_offset is None:
@@ -630,8 +645,13 @@ class PullConsumer(ClientLifecycle):
                                 return
                     if not in_flight and not self._may_pull_ahead(state):
                         # One pull and none to send beside it (a drained queue: the usual
-                        # case of a consumer keeping up): awaited in this task. A task per
-                        # pull and its wake-up cost more than decoding a few messages.
+                        # case of a consumer keeping up): parked, its answer taken in the
+                        # read callback, and this task ends; else awaited in this task. A
+                        # task per pull and its wake-up cost more than decoding a few
+                        # messages.
+                        if self._park(state, epoch):
+                            state.task = None
+                            return
                         offset = state.fetch_offset
                         result = await self._pull_for(state, offset, True)
                     else:
@@ -657,16 +677,85 @@ class PullConsumer(ClientLifecycle):
                     state.stride = 0
                     continue
                 self._take_result(state, epoch, result)
-                state.max_offset = result.max_offset
-                subscription = state.subscription
-                state.stride = (
-                    result.next_begin_offset - offset
-                    if result.status is PullStatus.FOUND and subscription.matches_all
-                    and not subscription.is_sql92
-                    else 0
-                )
+                self._note_stride(state, offset, result)
         finally:
             _drop_pulls(in_flight)
+
+    def _note_stride(self, state: _QueueState, offset: int, result: PullResult) -> None:
+        """After taking ``result`` (a pull at ``offset``): where pulls ahead may go."""
+        state.max_offset = result.max_offset
+        subscription = state.subscription
+        state.stride = (
+            result.next_begin_offset - offset
+            if result.status is PullStatus.FOUND and subscription.matches_all
+            and not subscription.is_sql92
+            else 0
+        )
+
+    # -- parked pulls: a drained queue's answers taken in the read callback ----------------
+
+    def _park(self, state: _QueueState, epoch: int) -> bool:
+        """Send the long-polling pull of a drained ``state`` at its fetch position as a
+        parked pull (``tidemq.client.parked_pull``); False, with nothing sent, when it is
+        not the simple case (the fetch task's path then)."""
+        queue = state.queue
+        target = parking_connection(self._instance, queue)
+        if target is None:
+            return False
+        _, address, connection = target
+        subscription = state.subscription
+        template = state.pull_fields
+        if template is None or state.pull_fields_of is not subscription:
+            template = state.pull_fields = broker_api.pull_request_fields(
+                self.group, queue, 0, self.pull_batch_size, subscription,
+                suspend_timeout_ms=self.long_polling_suspend_ms)
+            state.pull_fields_of = subscription
+            state.pull_timeout_ms = broker_api.pull_timeout_ms(
+                self._instance, self.long_polling_suspend_ms)
+        offset = state.fetch_offset
+        assert offset is not None
+        fields = template.copy()
+        fields["queueOffset"] = str(offset)
+        parked = ParkedPull(self, state, epoch, offset, address, subscription)
+        if not send_parked_pull(connection, fields, state.pull_timeout_ms, parked):
+            return False
+        state.parked = parked
+        return True
+
+    def parked_answered(self, parked: ParkedPull, response: RemotingCommand) -> None:
+        """Take a parked pull's answer (in the read callback: nothing may raise out of
+        here), then park the next pull, or hand the queue back to a fetch task."""
+        state: _QueueState = parked.owner
+        epoch = parked.epoch
+        if state.parked is parked:
+            state.parked = None
+        if state.epoch != epoch or self._state != "running":
+            return  # sought, released or closing since: the answer is not wanted
+        try:
+            queue = state.queue
+            result = broker_api.decode_pull_response(
+                response, queue, parked.subscription, parked.address,
+                check_crc=self.check_crcs)
+            self._read_routing.suggest(queue, result.suggest_which_broker_id)
+            self._take_result(state, epoch, result)
+            self._note_stride(state, parked.offset, result)
+            if (not self._buffer_full(state) and not self._may_pull_ahead(state)
+                    and self._park(state, epoch)):
+                return
+            self._run_fetch_task(state, epoch)
+        except Exception as e:  # the fetch task backs off and goes on, as for a pull's error
+            if state.epoch == epoch and state.task is None:
+                self._run_fetch_task(state, epoch, e)
+
+    def parked_failed(self, parked: ParkedPull, error: BaseException) -> None:
+        """A parked pull timed out or lost its connection: a fetch task backs off and goes
+        on from the fetch position."""
+        state: _QueueState = parked.owner
+        if state.parked is parked:
+            state.parked = None
+        if (state.epoch == parked.epoch and self._state == "running" and state.task is None
+                and isinstance(error, Exception)):
+            self._run_fetch_task(state, parked.epoch, error)
 
     def _buffer_full(self, state: _QueueState) -> bool:
         return (state.buffered >= self.pull_threshold_for_queue

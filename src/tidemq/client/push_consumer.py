@@ -88,6 +88,7 @@ from tidemq.client.offset_store import (
     RemoteOffsetStore,
     local_offset_file,
 )
+from tidemq.client.parked_pull import ParkedPull, parking_connection, send_parked_pull
 from tidemq.client.process_queue import ProcessQueue
 from tidemq.client.producer import Producer, default_namesrv, new_trace_dispatcher
 from tidemq.client.pull_consumer import (
@@ -707,19 +708,27 @@ class PushConsumer(ClientLifecycle):
 
     # -- pulling -------------------------------------------------------------------------------
 
-    async def _pull_loop(self, process_queue: ProcessQueue, delay_s: float = 0.0) -> None:
+    async def _pull_loop(self, process_queue: ProcessQueue, delay_s: float = 0.0, *,
+                         resume_at: int | None = None,
+                         error: Exception | None = None) -> None:
+        """Pull ``process_queue``'s queue until it is dropped. A loop that finds the queue
+        drained parks its pull (``tidemq.client.parked_pull``) and ends; ``resume_at`` is the
+        offset a parked pull's handover goes on from, after backing off from ``error``."""
         queue = process_queue.queue
         service = self._consume_service
         assert service is not None
         orderly_locks = self.orderly and self.clustering
         span_max = None if self.orderly else self.consume_concurrently_max_span
-        offset: int | None = None
+        offset: int | None = resume_at
         paused = 0
-        # An earlier owner-ship of this queue may still be committing (and unlocking) it, here
-        # or (delay_s) at the member that owned it until now.
-        await self._rebalance.wait_released(queue)
-        if delay_s:
-            await asyncio.sleep(delay_s)
+        if resume_at is None:
+            # An earlier owner-ship of this queue may still be committing (and unlocking)
+            # it, here or (delay_s) at the member that owned it until now.
+            await self._rebalance.wait_released(queue)
+            if delay_s:
+                await asyncio.sleep(delay_s)
+        elif error is not None:
+            await back_off_after_pull_error(log, self.group, queue, error)
         while not process_queue.dropped:
             try:
                 if orderly_locks and not await self._rebalance.ensure_locked(process_queue):
@@ -744,6 +753,8 @@ class PushConsumer(ClientLifecycle):
                     paused += 1
                     await asyncio.sleep(FLOW_CONTROL_DELAY_S)
                     continue
+                if not orderly_locks and self._park(process_queue, offset):
+                    return  # the read callback carries on (parked_answered)
                 result = await self._pull(queue, offset)
             except asyncio.CancelledError:
                 raise
@@ -775,6 +786,79 @@ class PushConsumer(ClientLifecycle):
         result = await self._read_routing.call(queue, pull_from)
         self._read_routing.suggest(queue, result.suggest_which_broker_id)
         return result
+
+    # -- parked pulls: a drained queue's answers taken in the read callback --------------------
+
+    def _park(self, process_queue: ProcessQueue, offset: int) -> bool:
+        """Send the pull of ``process_queue`` at ``offset`` as a parked pull; False, with
+        nothing sent, when it is not the simple case (the pull loop's path then)."""
+        queue = process_queue.queue
+        subscription = (self._retry_subscription if self.is_retry_topic(queue.topic)
+                        else self._subscriptions.get(queue.topic))
+        if subscription is None:
+            return False
+        target = parking_connection(self.instance, queue)
+        if target is None:
+            return False
+        broker_id, address, connection = target
+        # A slave stores no offset from a pull (RocketMQ's client clears the flag too).
+        commit = (self.offset_store.read(queue)
+                  if self.clustering and broker_id == MASTER_ID else None)
+        fields = broker_api.pull_request_fields(
+            self.group, queue, offset, self.pull_batch_size, subscription,
+            suspend_timeout_ms=self.long_polling_suspend_ms, commit_offset=commit, lite=False)
+        parked = ParkedPull(self, process_queue, 0, offset, address, subscription)
+        return send_parked_pull(connection, fields,
+                                self.long_polling_suspend_ms + PULL_RESPONSE_GRACE_MS, parked)
+
+    def parked_answered(self, parked: ParkedPull, response: RemotingCommand) -> None:
+        """Take a parked pull's answer (in the read callback: nothing may raise out of here;
+        a listener called on the loop runs here), then park the next pull, or hand the queue
+        back to a pull loop."""
+        process_queue: ProcessQueue = parked.owner
+        if not self._still_pulling(process_queue):
+            return  # released or closing since: the answer is not wanted
+        queue = process_queue.queue
+        service = self._consume_service
+        assert service is not None
+        next_offset: int | None = parked.offset
+        try:
+            result = broker_api.decode_pull_response(
+                response, queue, parked.subscription, parked.address,
+                check_crc=self.check_crcs)
+            self._read_routing.suggest(queue, result.suggest_which_broker_id)
+            next_offset = self._accept(process_queue, result, service)
+            if process_queue.dropped:
+                return
+            if (next_offset is not None
+                    and not process_queue.over_threshold(
+                        self.pull_threshold_for_queue, self.pull_threshold_size_for_queue_bytes,
+                        None if self.orderly else self.consume_concurrently_max_span)
+                    and self._park(process_queue, next_offset)):
+                return
+            self._resume_pull_loop(process_queue, next_offset)
+        except Exception as e:  # the pull loop backs off and goes on, as for a pull's error
+            if self._still_pulling(process_queue):
+                self._resume_pull_loop(process_queue, next_offset, e)
+
+    def parked_failed(self, parked: ParkedPull, error: BaseException) -> None:
+        """A parked pull timed out or lost its connection: a pull loop backs off and goes on
+        from its offset."""
+        process_queue: ProcessQueue = parked.owner
+        if self._still_pulling(process_queue) and isinstance(error, Exception):
+            self._resume_pull_loop(process_queue, parked.offset, error)
+
+    def _still_pulling(self, process_queue: ProcessQueue) -> bool:
+        return (not process_queue.dropped and self._state == "running"
+                and self.process_queues.get(process_queue.queue) is process_queue)
+
+    def _resume_pull_loop(self, process_queue: ProcessQueue, offset: int | None,
+                          error: Exception | None = None) -> None:
+        queue = process_queue.queue
+        loop = self.instance.loop or asyncio.get_running_loop()  # no getpid (3.11)
+        self._pull_tasks[queue] = loop.create_task(
+            self._pull_loop(process_queue, resume_at=offset, error=error),
+            name=f"tidemq-pull-{queue}")
 
     def _accept(self, process_queue: ProcessQueue, result: PullResult,
                 service: ConcurrentConsumeService | OrderlyConsumeService) -> int | None:

@@ -99,6 +99,14 @@ class RemotingClient:
         """The open connections by address (a copy)."""
         return dict(self._connections)
 
+    def open_connection(self, addr: str) -> Connection | None:
+        """The open connection to ``addr``, or None when there is none now (nothing is
+        opened: ``get_connection`` does that)."""
+        connection = self._connections.get(addr)
+        if connection is None or connection.is_closing:
+            return None
+        return connection
+
     async def get_connection(self, addr: str, timeout_ms: int | None = None) -> Connection:
         """The open connection to ``addr``, opening one if there is none.
 

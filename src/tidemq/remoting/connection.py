@@ -39,7 +39,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidemq.errors import LocalProtocolError, ProtocolError
 from tidemq.limits import FRAME_SIZE_MAX
@@ -78,9 +78,21 @@ CLOSE_LINGER_S = 5.0
 
 CloseCallback = Callable[["Connection"], None]
 
-# A request waiting for its response: (future, deadline in loop time, the request, its
+
+class ResponseReceiver(Protocol):
+    """Where a request's answer goes: an ``asyncio.Future`` (``request``), or any object
+    with these three methods (``request_nowait``), called on the connection's loop."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, response: RemotingCommand, /) -> None: ...
+
+    def set_exception(self, error: BaseException, /) -> None: ...
+
+
+# A request waiting for its response: (receiver, deadline in loop time, the request, its
 # whole timeout in ms for the message).
-_Waiting = tuple["asyncio.Future[RemotingCommand]", float, RemotingCommand, int]
+_Waiting = tuple[ResponseReceiver, float, RemotingCommand, int]
 
 # A request's timer may fire this much before its deadline (uvloop keeps timers in whole
 # milliseconds); it is due then, or the sweep would be rescheduled for the same instant.
@@ -239,6 +251,51 @@ class Connection(asyncio.Protocol):
                 f"{command.describe()} not sent to {self.remote_address}: its {timeout_ms} ms "
                 "timeout passed before it could be written (connecting took that long)"
             )
+        future: asyncio.Future[RemotingCommand] = loop.create_future()
+        opaque = self._send_request(command, deadline, timeout_ms, future)
+        try:
+            return await future
+        finally:
+            waiting = self._pending.get(opaque)
+            if waiting is not None and waiting[0] is future:
+                del self._pending[opaque]
+
+    def request_nowait(
+        self, command: RemotingCommand, timeout_ms: int, receiver: ResponseReceiver
+    ) -> bool:
+        """Send a request whose answer goes to ``receiver``, called from the read callback.
+
+        For a client's steady loop of one request after another (a consumer's parked pull):
+        no task resumes to take the answer, so it is handled in the loop iteration that
+        read it. ``receiver.set_result(response)`` is called with the response,
+        ``receiver.set_exception(error)`` with ``RemotingTimeout`` when ``timeout_ms``
+        passes and with ``RemotingClosed`` when the connection goes first; either is called
+        at most once, and ``receiver.done()`` must say True from then on. Both run inside
+        this connection's callbacks: they must not raise.
+
+        Returns:
+            False, with nothing sent, when the request could not leave without waiting (the
+            write buffer is full, or the connection is closing): use ``request`` then.
+
+        Raises:
+            LocalProtocolError: as ``request``; nothing was sent.
+        """
+        if command.flag & (FLAG_RESPONSE | FLAG_ONEWAY):
+            raise LocalProtocolError(
+                f"{command.describe()} is not a two-way request; use send_oneway or "
+                "send_response for it"
+            )
+        if self._write_paused or self._closing:
+            return False
+        self._send_request(command, self._loop.time() + timeout_ms / 1000, timeout_ms, receiver)
+        return True
+
+    def _send_request(
+        self, command: RemotingCommand, deadline: float, timeout_ms: int,
+        receiver: ResponseReceiver,
+    ) -> int:
+        """Write a two-way request (its flags checked by the caller) and wait for its answer
+        in ``receiver``; returns its opaque."""
         opaque = command.opaque
         if opaque in self._pending:
             raise LocalProtocolError(
@@ -248,16 +305,10 @@ class Connection(asyncio.Protocol):
         if self._request_hook is not None:
             self._request_hook(command)
         self._write(command)
-        future: asyncio.Future[RemotingCommand] = loop.create_future()
-        self._pending[opaque] = (future, deadline, command, timeout_ms)
+        self._pending[opaque] = (receiver, deadline, command, timeout_ms)
         if deadline < self._expiry_at:
             self._schedule_expiry(deadline)
-        try:
-            return await future
-        finally:
-            waiting = self._pending.get(opaque)
-            if waiting is not None and waiting[0] is future:
-                del self._pending[opaque]
+        return opaque
 
     async def send_oneway(self, command: RemotingCommand, timeout_ms: int = 3000) -> None:
         """Send a request that gets no response (the oneway flag is set on ``command``).
@@ -635,7 +686,7 @@ def check_limits(*, idle_timeout_s: float, max_in_flight_per_connection: int) ->
 
 
 def _expire_request(
-    future: asyncio.Future[RemotingCommand],
+    future: ResponseReceiver,
     connection: Connection,
     command: RemotingCommand,
     timeout_ms: int,

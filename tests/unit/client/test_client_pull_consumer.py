@@ -431,3 +431,81 @@ def test_a_seek_while_pulls_are_in_flight_drops_their_answers(run):
             assert [m.queue_offset for m in again] == list(range(5, 400))
 
     run(main())
+
+
+def fetch_tasks() -> list[asyncio.Task]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("tidemq-fetch-")]
+
+
+def test_a_drained_queue_is_pulled_from_the_read_callback_without_a_fetch_task(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            broker = cluster.brokers[0]
+            async with consumer_for(cluster, consume_from="LAST") as consumer:
+                consumer.assign([MessageQueue("T", "broker-a", 0)])
+                got = []
+                for i in range(3):
+                    # Each message arrives while the queue's pull is parked at the broker and
+                    # no fetch task waits for it: the answer is taken as it is read.
+                    await wait_for(lambda: broker.requests and not fetch_tasks())
+                    parked = len(broker.requests)
+                    fill(broker, "T", 0, 1, start=i)
+                    got += await poll_until(consumer, 1)
+                    await wait_for(lambda n=parked: len(broker.requests) > n)
+            offsets = [int(r.ext_fields["queueOffset"]) for r in broker.requests]
+            return got, offsets
+
+    got, offsets = run(main())
+    assert [m.body for m in got] == [b"0:0", b"0:1", b"0:2"]
+    # The fake holds a pull 0.3 s at most: a re-parked pull asks for the same offset again.
+    assert offsets == sorted(offsets) and {0, 1, 2, 3} <= set(offsets)
+
+
+def test_a_parked_pull_whose_connection_closes_goes_on_after_a_back_off(run, monkeypatch):
+    monkeypatch.setattr("tidemq.client.pull_consumer.PULL_DELAY_AFTER_TRANSPORT_ERROR_S", 0.05)
+
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            broker = cluster.brokers[0]
+            async with consumer_for(cluster, consume_from="LAST") as consumer:
+                consumer.assign([MessageQueue("T", "broker-a", 0)])
+                await wait_for(lambda: broker.requests and not fetch_tasks())
+                consumer._instance.remoting.close_connection(broker.address)
+                fill(broker, "T", 0, 2)
+                return await poll_until(consumer, 2)
+
+    got = run(main())
+    assert [m.body for m in got] == [b"0:0", b"0:1"]
+
+
+def test_a_seek_while_a_pull_is_parked_drops_its_answer(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            broker = cluster.brokers[0]
+            fill(broker, "T", 0, 3)
+            queue = MessageQueue("T", "broker-a", 0)
+            async with consumer_for(cluster, consume_from="FIRST") as consumer:
+                consumer.assign([queue])
+                first = await poll_until(consumer, 3)
+                await wait_for(lambda: not fetch_tasks())  # parked at offset 3
+                await consumer.seek(queue, 1)
+                again = await poll_until(consumer, 2)
+                await wait_for(lambda: not fetch_tasks())  # parked at 3 again, twice
+                fill(broker, "T", 0, 1, start=3)  # answers both parked pulls
+                again += await poll_until(consumer, 1)
+                again += await consumer.poll(300)  # nothing more: the first answer dropped
+            return first, again
+
+    first, again = run(main())
+    assert [m.queue_offset for m in first] == [0, 1, 2]
+    assert [m.queue_offset for m in again] == [1, 2, 3]
+
+
+async def wait_for(condition, bound_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + bound_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)

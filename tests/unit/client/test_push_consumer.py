@@ -377,3 +377,50 @@ def test_a_broker_that_knows_no_member_yet_does_not_take_the_queues_away(run):
     assert owned and still_owned == owned
     assert sorted(seen) == sorted([f"broker-a:{q}:{i}" for q in range(2) for i in range(5)]
                                   + ["late:0", "late:1"])  # nothing consumed twice
+
+
+def pull_tasks() -> list[asyncio.Task]:
+    return [t for t in asyncio.all_tasks()
+            if t.get_name().startswith("tidemq-pull-") and not t.done()]
+
+
+def test_a_drained_queue_is_delivered_from_the_read_callback_and_survives_a_lost_connection(
+        run, monkeypatch):
+    monkeypatch.setattr("tidemq.client.pull_consumer.PULL_DELAY_AFTER_TRANSPORT_ERROR_S", 0.05)
+
+    async def main():
+        async with FakeCluster(1) as cluster:
+            fill(cluster, 2, queue_nums=1)
+            broker = cluster.brokers[0]
+            seen: list[str] = []
+            consumer = consumer_for(cluster)
+
+            @consumer.listener
+            def on_messages(messages):
+                seen.extend(m.body.decode() for m in messages)
+
+            async with consumer:
+                await wait_for(lambda: len(seen) == 2, "the backlog")
+                # Drained: the pull is parked at the broker and no pull loop task waits.
+                await wait_for(lambda: not pull_tasks(), "the parked pull")
+                store_more(broker, 2, 3)
+                await wait_for(lambda: len(seen) == 3, "a message arriving while parked")
+                await wait_for(lambda: not pull_tasks(), "the next parked pull")
+                consumer.instance.remoting.close_connection(broker.address)
+                store_more(broker, 3, 5)
+                await wait_for(lambda: len(seen) == 5, "messages after the connection closed")
+                commits = [int(r.ext_fields["commitOffset"]) for r in broker.requests
+                           if r.code == RequestCode.PULL_MESSAGE]
+            return seen, commits, committed(cluster)
+
+    seen, commits, offsets = run(main())
+    assert seen == [f"broker-a:0:{i}" for i in range(5)]
+    # Parked pulls carry the consumed offset to commit, as every push pull does.
+    assert commits == sorted(commits) and commits[-1] >= 3
+    assert offsets == {("broker-a", 0): 5}
+
+
+def store_more(broker, start: int, stop: int) -> None:
+    for i in range(start, stop):
+        broker.store(TOPIC, 0, f"{broker.name}:0:{i}".encode(),
+                     encode_properties({"UNIQ_KEY": f"{broker.name}-0-{i}"}))

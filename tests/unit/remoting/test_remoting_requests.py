@@ -10,7 +10,13 @@ from remoting_helpers import echo, read_command, wait_until
 from tidemq.errors import LocalProtocolError
 from tidemq.protocol.codes import FLAG_RESPONSE, RequestCode, ResponseCode, SerializeType
 from tidemq.protocol.command import RemotingCommand
-from tidemq.remoting import Connection, RemotingClient, RemotingServer
+from tidemq.remoting import (
+    Connection,
+    RemotingClient,
+    RemotingClosed,
+    RemotingServer,
+    RemotingTimeout,
+)
 
 ECHO = RequestCode.SEND_MESSAGE_V2
 UNREGISTERED = 999
@@ -374,3 +380,64 @@ def test_immediate_handler_cannot_have_a_group_handler():
     with pytest.raises(ValueError, match="immediate"):
         server.register(ECHO, lambda request, connection: None, immediate=True,
                         group_handler=group)
+
+
+class _Receiver:
+    """A ``request_nowait`` receiver that records what it was given and on which call."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[object] = []
+
+    def done(self) -> bool:
+        return bool(self.outcomes)
+
+    def set_result(self, response: RemotingCommand) -> None:
+        self.outcomes.append(response)
+
+    def set_exception(self, error: BaseException) -> None:
+        self.outcomes.append(error)
+
+
+def test_request_nowait_hands_the_answer_timeout_or_close_to_its_receiver_once(run):
+    async def main():
+        held = asyncio.Event()
+
+        async def hold_then_echo(request: RemotingCommand, connection: Connection):
+            if request.ext_fields.get("hold"):
+                await held.wait()
+            return await echo(request, connection)
+
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            server.register(ECHO, hold_then_echo)
+            connection = await client.get_connection(address(server))
+            assert client.open_connection(address(server)) is connection
+
+            answered = _Receiver()
+            request = RemotingCommand.request(ECHO, {"n": "1"}, body=b"x")
+            assert connection.request_nowait(request, 5_000, answered)
+            await wait_until(answered.done, what="the answer")
+
+            timed_out = _Receiver()
+            assert connection.request_nowait(
+                RemotingCommand.request(ECHO, {"hold": "1"}), 50, timed_out)
+            await wait_until(timed_out.done, what="the timeout")
+
+            cut_off = _Receiver()
+            assert connection.request_nowait(
+                RemotingCommand.request(ECHO, {"hold": "1"}), 20_000, cut_off)
+            connection.close("test closes it")
+            await wait_until(cut_off.done, what="the close")
+            refused = _Receiver()
+            sent = connection.request_nowait(RemotingCommand.request(ECHO), 5_000, refused)
+            held.set()  # the held requests' late answers go nowhere
+            assert client.open_connection(address(server)) is None
+            return request, answered, timed_out, cut_off, sent, refused
+
+    request, answered, timed_out, cut_off, sent, refused = run(main())
+    [response] = answered.outcomes
+    assert response.opaque == request.opaque and response.body == b"x"
+    [timeout] = timed_out.outcomes
+    assert isinstance(timeout, RemotingTimeout) and "50 ms" in str(timeout)
+    [closed] = cut_off.outcomes
+    assert isinstance(closed, RemotingClosed)
+    assert not sent and not refused.outcomes
