@@ -16,7 +16,9 @@ instead of answering, for ``suspendTimeoutMillis`` (long polling) or ``shortPoll
   write per connection for all the queues woken (not at the end of the loop iteration), and
   a send runs the pending pass (``wake_now``) before it is answered: the consumer is woken
   before the producer's acknowledgement goes out, so a message's end-to-end path waits
-  neither for that write nor, when cores are scarce, for the producer handling it;
+  neither for that write nor, when cores are scarce, for the producer handling it (a
+  single send announces its put with ``wake_after_put``, so its dispatch schedules no
+  pass that ``wake_now`` would leave with nothing to do);
 - at its deadline, with whatever a final re-run says, usually PULL_NOT_FOUND. Deadlines
   are kept in slots of ``DEADLINE_SLOT_MS``, one loop timer per slot at its end (a timer
   per request cost ~2.4 us to start and cancel, for every pull a consumer keeping up
@@ -124,6 +126,7 @@ class PullRequestHoldService:
         self._parked_count = 0
         self._arrivals: dict[str, int] = {}
         self._pass_scheduled = False
+        self._wake_follows = False  # a put is running whose ``wake_now`` runs the pass
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._recheck_task: asyncio.Task[None] | None = None
@@ -223,10 +226,19 @@ class PullRequestHoldService:
         elif self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._note_arrival, key, max_offset)
 
+    def wake_after_put(self) -> None:
+        """Say that a put on the loop thread is about to start and that ``wake_now`` follows
+        it (in a ``finally``): the arrivals its dispatch notes schedule no pass of their own.
+        A pass scheduled per send, run by ``wake_now`` and then called again for nothing,
+        kept the loop from sleeping for one more iteration (an ``epoll_wait``) per send."""
+        self._wake_follows = True
+
     def wake_now(self) -> None:
         """Run the pass scheduled by the dispatches so far now rather than later in this loop
-        iteration (loop thread only): a send calls it after storing, before it is answered."""
-        if self._pass_scheduled and self._arrivals:
+        iteration (loop thread only): a send calls it after storing, before it is answered;
+        it also ends a ``wake_after_put``."""
+        self._wake_follows = False
+        if self._arrivals:
             self._wake_pass()
 
     def recheck(self) -> None:
@@ -248,7 +260,7 @@ class PullRequestHoldService:
     def _note_arrival(self, key: str, max_offset: int) -> None:
         if max_offset > self._arrivals.get(key, -1):
             self._arrivals[key] = max_offset
-        if not self._pass_scheduled and self._loop is not None:
+        if not self._pass_scheduled and not self._wake_follows and self._loop is not None:
             self._pass_scheduled = True
             self._loop.call_soon(self._wake_pass)
 

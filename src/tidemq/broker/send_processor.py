@@ -61,6 +61,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidemq.broker.batch_appender import BatchAppender
@@ -268,32 +269,67 @@ class SendMessageProcessor:
             RequestCode.SEND_MESSAGE_V2,
             RequestCode.SEND_BATCH_MESSAGE,
         ):
-            server.register(code, self.handle, group_handler=self.handle_group)
+            server.register(code, self.handle_now, group_handler=self.handle_group,
+                            immediate=True)
 
     async def handle(self, request: RemotingCommand, connection: Connection
                      ) -> RemotingCommand | LaterResponse:
         """Answer one send request (single or batch). Never raises for bad input."""
+        answer = self.handle_now(request, connection)
+        if isinstance(answer, RemotingCommand | LaterResponse):
+            return answer
+        return await answer
+
+    def handle_now(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand | LaterResponse | Awaitable[RemotingCommand | LaterResponse]:
+        """A lone send request, served as it is read (the server's immediate handler): the
+        response of ``handle``, or, when the send must wait for more than the store's put
+        (a batch queued for the iteration's append, a SYNC_MASTER's slave), a
+        ``LaterResponse`` or a coroutine of the response. A send alone costs no task: at
+        low rates every send arrives alone, and a task per send (its creation, its step a
+        loop callback later, its coroutines) was a good part of the send's broker time.
+        Never raises for bad input."""
         settle_ready(connection.loop)  # answers of syncs done meanwhile go out first
         ext_fields = self._response_fields()
         try:
             header = SendMessageRequestHeader.from_ext_fields(request.ext_fields, request.code)
             is_batch = request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
             if is_batch:
-                stored = await _appended(self._put_batch(header, request, connection))
+                outcome = self._put_batch(header, request, connection)
             else:
-                stored = self._put_single(header, request, connection)
+                outcome = self._put_single(header, request, connection)
         except HeaderFieldError as exc:
             return RemotingCommand.response_to(
                 request, ResponseCode.SYSTEM_ERROR, str(exc), ext_fields
             )
         except SendRefused as refused:
             return RemotingCommand.response_to(request, refused.code, refused.remark, ext_fields)
-        self._wake_consumers()
-        if stored.wait and stored.result.status is PutStatus.PUT_OK:
-            later = self._answer_later(request, stored, connection)
-            if later is not None:
-                return later
-        return await self._respond(request, stored, ext_fields)
+        if isinstance(outcome, _QueuedBatch):
+            return self._answer_appended(request, outcome, ext_fields, connection)
+        self._wake_consumers()  # a batch stored directly (single sends woke in _put_single)
+        return self._answer(request, outcome, ext_fields, connection)
+
+    async def _answer_appended(self, request: RemotingCommand, queued: _QueuedBatch,
+                               ext_fields: dict[str, str], connection: Connection
+                               ) -> RemotingCommand | LaterResponse:
+        """The answer to a batch send queued for the iteration's append, once appended."""
+        answer = self._answer(request, await _appended(queued), ext_fields, connection)
+        if isinstance(answer, RemotingCommand | LaterResponse):
+            return answer
+        return await answer
+
+    def _answer(self, request: RemotingCommand, stored: _Stored, ext_fields: dict[str, str],
+                connection: Connection
+                ) -> RemotingCommand | LaterResponse | Awaitable[RemotingCommand]:
+        """The response to a stored send: now when nothing is left to wait for, else a
+        ``LaterResponse`` (the disk's sync alone, ``_answer_later``) or a coroutine."""
+        result = stored.result
+        status = self._role.stored_status_now(result) if stored.wait else result.status
+        if status is not None:
+            return self._response(request, stored, status, ext_fields)
+        return (self._answer_later(request, stored, connection)
+                or self._respond(request, stored, ext_fields))
 
     async def handle_group(
         self, requests: list[RemotingCommand], connection: Connection
@@ -521,8 +557,14 @@ class SendMessageProcessor:
     ) -> _Stored:
         single = self._prepare_single(header, request, connection, 0)
         self._batches.flush()  # the batches served before it first
+        holds = self._pull_holds
+        if holds is not None:
+            holds.wake_after_put()
         started = time.monotonic()
-        result = self._store.put_message(single.message)
+        try:
+            result = self._store.put_message(single.message)
+        finally:
+            self._wake_consumers()
         self._count(result, started, header.topic)
         return _Stored(result, single.wait, single.queue_id)
 
@@ -533,8 +575,14 @@ class SendMessageProcessor:
         if not singles:
             return
         self._batches.flush()  # the batches served before them first
+        holds = self._pull_holds
+        if holds is not None:
+            holds.wake_after_put()
         started = time.monotonic()
-        results = self._store.put_message_group([single.message for single in singles])
+        try:
+            results = self._store.put_message_group([single.message for single in singles])
+        finally:
+            self._wake_consumers()
         elapsed_s = time.monotonic() - started
         elapsed_ms = int(elapsed_s * 1000)
         stats = self._stats

@@ -23,7 +23,12 @@ A code may instead have an *immediate* handler, a plain ``def handler(request, c
 -> RemotingCommand | None`` that never waits (the broker's PULL_MESSAGE: a read of the store,
 or parking the request): it runs as the request is dispatched, with no task of its own, and
 its response joins the connection's writes at once. A task per request cost about as much as
-a long poll's whole re-run, and its answer waited for the next loop iteration.
+a long poll's whole re-run, and its answer waited for the next loop iteration. An immediate
+handler that finds it must wait after all returns a ``LaterResponse`` or an awaitable (a
+coroutine) of the response: the awaitable is then run as the request's task, exactly as an
+ordinary handler's would be (the broker's lone send: stored and answered in place, a task
+only for a SYNC_FLUSH or a slave's wait). An immediate handler may have a group handler too:
+it serves a lone request, the group handler several of one read.
 
 Outcomes the peer sees (docs/protocol.md §1.5):
 
@@ -112,7 +117,10 @@ class LaterResponse:
 Handler = Callable[
     [RemotingCommand, "Connection"], Awaitable["RemotingCommand | LaterResponse | None"]
 ]
-ImmediateHandler = Callable[[RemotingCommand, "Connection"], "RemotingCommand | None"]
+ImmediateHandler = Callable[
+    [RemotingCommand, "Connection"],
+    "RemotingCommand | LaterResponse | Awaitable[RemotingCommand | LaterResponse | None] | None",
+]
 GroupHandler = Callable[
     [list[RemotingCommand], "Connection"],
     Awaitable["list[RemotingCommand | LaterResponse | None]"],
@@ -256,17 +264,13 @@ class RequestDispatcher:
             group_handler: serves several requests of ``code`` from one read in one call
                 (module docstring); it must answer exactly as ``handler`` would, request by
                 request, and return one response (or None) per request, in order.
-            immediate: ``handler`` is a plain function that never waits, called as each
-                request is dispatched (module docstring); not with ``group_handler``.
+            immediate: ``handler`` is a plain function, called as each request is
+                dispatched, that answers in place or returns what to wait for (module
+                docstring); with ``group_handler`` it serves the requests that came alone.
 
         Raises:
-            ValueError: ``max_pending`` is below 1, or ``immediate`` with a group handler.
+            ValueError: ``max_pending`` is below 1.
         """
-        if immediate and group_handler is not None:
-            raise ValueError(
-                f"request code {code}: an immediate handler serves requests one by one; "
-                "register it without group_handler"
-            )
         self._routes[int(code)] = _Route(
             int(code), handler, _checked_max_pending(max_pending), group_handler, immediate
         )
@@ -311,11 +315,47 @@ class RequestDispatcher:
             return
         route.pending += 1
         if route.immediate:
-            _serve_now(route, request, connection, self._observer)
+            self._serve_now(route, request, connection)
             return
         task = connection._loop.create_task(_serve(route, request, connection, self._observer))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _serve_now(self, route: _Route, request: RemotingCommand, connection: Connection
+                   ) -> None:
+        """``_serve`` for an immediate handler, called in place; what it returns to wait
+        for (a ``LaterResponse``, an awaitable) is waited for as ``_serve`` would."""
+        observer = self._observer
+        started = time.perf_counter() if observer is not None else 0.0
+        done = True  # False: the request's bookkeeping is left to what it waits for
+        try:
+            try:
+                response = route.handler(request, connection)
+            except Exception as exc:
+                log.exception(
+                    "handler for %s from %s failed", request.describe(),
+                    connection.remote_address,
+                )
+                response = RemotingCommand(ResponseCode.SYSTEM_ERROR,
+                                           remark=describe_exception(exc))
+            if response is not None and type(response) is not RemotingCommand:
+                done = False
+                if isinstance(response, LaterResponse):
+                    response.on_resolved(partial(_finish_later, route, request, connection,
+                                                 observer, started))
+                else:  # the rest of the handler, as the request's task
+                    self._spawn(_serve(route, request, connection, observer, response,
+                                       started), connection)
+                return
+            if response is not None:
+                _answer(request, response, connection)
+            if observer is not None:
+                observer(request.code, NO_RESPONSE if response is None else response.code,
+                         time.perf_counter() - started, 1)
+        finally:
+            if done:
+                route.pending -= 1
+                connection._request_done()
 
     def dispatch_many(self, requests: list[RemotingCommand], connection: Connection) -> None:
         """Serve requests that arrived together from ``connection``, in order; calls
@@ -473,12 +513,19 @@ class RequestDispatcher:
 
 
 async def _serve(route: _Route, request: RemotingCommand, connection: Connection,
-                 observer: RequestObserver | None = None) -> None:
-    started = time.perf_counter() if observer is not None else 0.0
+                 observer: RequestObserver | None = None,
+                 awaitable: Awaitable[RemotingCommand | LaterResponse | None] | None = None,
+                 started: float | None = None) -> None:
+    """Run ``route``'s handler for ``request`` (or finish ``awaitable``, what an immediate
+    handler left to wait for, started at ``started``) and write its response."""
+    if started is None:
+        started = time.perf_counter() if observer is not None else 0.0
     later = False
     try:
         try:
-            response = await route.handler(request, connection)
+            if awaitable is None:
+                awaitable = route.handler(request, connection)  # type: ignore[assignment]
+            response = await awaitable  # type: ignore[misc]
         except Exception as exc:
             log.exception(
                 "handler for %s from %s failed", request.describe(), connection.remote_address
@@ -508,28 +555,6 @@ def _finish_later(route: _Route, request: RemotingCommand, connection: Connectio
         _answer(request, response, connection)
         if observer is not None:
             observer(request.code, response.code, time.perf_counter() - started, 1)
-    finally:
-        route.pending -= 1
-        connection._request_done()
-
-
-def _serve_now(route: _Route, request: RemotingCommand, connection: Connection,
-               observer: RequestObserver | None = None) -> None:
-    """``_serve`` for an immediate handler, called in place."""
-    started = time.perf_counter() if observer is not None else 0.0
-    try:
-        try:
-            response = route.handler(request, connection)
-        except Exception as exc:
-            log.exception(
-                "handler for %s from %s failed", request.describe(), connection.remote_address
-            )
-            response = RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=describe_exception(exc))
-        if response is not None:
-            _answer(request, response, connection)  # type: ignore[arg-type]
-        if observer is not None:
-            observer(request.code, NO_RESPONSE if response is None else response.code,
-                     time.perf_counter() - started, 1)
     finally:
         route.pending -= 1
         connection._request_done()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -107,7 +108,10 @@ class HandlerTable:
         if peer is None:
             peer = FakePeer(peer_address) if peer_address else FakePeer()
         if request.code in self.immediate and request.code in self.handlers:
-            response = handler(request, peer)
+            response = handler(request, peer)  # answered in place, or what to wait for
+            if inspect.isawaitable(response):
+                response = await response
+            response = await resolved(response)
         else:
             response = await resolved(await handler(request, peer))
         assert response is not None, f"handler of code {request.code} answered nothing"

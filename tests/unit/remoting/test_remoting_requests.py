@@ -17,6 +17,7 @@ from tidemq.remoting import (
     RemotingServer,
     RemotingTimeout,
 )
+from tidemq.remoting.dispatch import LaterResponse
 
 ECHO = RequestCode.SEND_MESSAGE_V2
 UNREGISTERED = 999
@@ -372,14 +373,67 @@ def test_immediate_handler_answers_in_place_and_its_failure_is_a_system_error(ru
     assert tasks_seen == [None, None, None]
 
 
-def test_immediate_handler_cannot_have_a_group_handler():
-    async def group(requests, connection):
-        return [None for _ in requests]
+def test_immediate_handler_may_leave_a_wait_and_share_its_code_with_a_group_handler(run):
+    """An immediate handler that must wait returns a coroutine (run as the request's task)
+    or a LaterResponse (written when resolved): both reach the peer, and the server counts
+    the request as running until then. With a group handler on the same code, a request
+    that came alone is served in place, requests of one read by the group handler."""
+    tasks_seen: list[asyncio.Task | None] = []
+    later_answers: list[LaterResponse] = []
+    gate = asyncio.Event()
+    grouped: list[list[str]] = []
 
-    server = RemotingServer("127.0.0.1", [0])
-    with pytest.raises(ValueError, match="immediate"):
-        server.register(ECHO, lambda request, connection: None, immediate=True,
-                        group_handler=group)
+    async def finish(request: RemotingCommand) -> RemotingCommand:
+        await gate.wait()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, remark="awaited")
+
+    def answer_now(request: RemotingCommand, connection: Connection):
+        tasks_seen.append(asyncio.current_task())
+        kind = request.ext_fields["kind"]
+        if kind == "await":
+            return finish(request)
+        if kind == "later":
+            later = LaterResponse()
+            later_answers.append(later)
+            return later
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, remark=kind)
+
+    async def group(requests: list[RemotingCommand], connection: Connection):
+        grouped.append([request.ext_fields["kind"] for request in requests])
+        return [RemotingCommand.response_to(request, ResponseCode.SUCCESS, remark="group")
+                for request in requests]
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            server.register(ECHO, answer_now, immediate=True, group_handler=group)
+            target = address(server)
+            awaited = asyncio.ensure_future(client.invoke(
+                target, RemotingCommand.request(ECHO, {"kind": "await"}), 5000))
+            await wait_until(lambda: len(tasks_seen) == 1, what="the first request")
+            later = asyncio.ensure_future(client.invoke(
+                target, RemotingCommand.request(ECHO, {"kind": "later"}), 5000))
+            # The coroutine runs as a task; the LaterResponse needs none.
+            await wait_until(lambda: len(later_answers) == 1 and server.handlers_running == 1,
+                             what="both requests waiting")
+            gate.set()
+            first = await awaited
+            later_answers[0].resolve(RemotingCommand(ResponseCode.SUCCESS, remark="resolved"))
+            second = await later
+            # Two requests in one write reach the server in one read: the group handler.
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.bound_ports[0])
+            pair = [RemotingCommand.request(ECHO, {"kind": k}) for k in ("a", "b")]
+            writer.write(b"".join(r.encode() for r in pair))
+            answers = [await read_command(reader), await read_command(reader)]
+            writer.close()
+            await writer.wait_closed()
+            return first, second, answers
+
+    first, second, answers = run(main())
+    assert (first.code, first.remark) == (ResponseCode.SUCCESS, "awaited")
+    assert (second.code, second.remark) == (ResponseCode.SUCCESS, "resolved")
+    assert tasks_seen == [None, None]  # both called in place, from the read
+    assert grouped == [["a", "b"]]
+    assert [a.remark for a in answers] == ["group", "group"]
 
 
 class _Receiver:
