@@ -25,6 +25,7 @@ and reports the median. Printed: microseconds per send per run, and the median o
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -114,6 +115,7 @@ async def _broker_child(work_dir: str, sends: int) -> float:
         broker.topic_config_manager.update(TopicConfig(TOPIC, 8, 8))
         processor = broker.send_processor
         producer = Producer()
+        producer.loop = asyncio.get_running_loop()  # type: ignore[attr-defined]
         decoder = FrameDecoder()
         reads = [read_of_sends() for _ in range(20)]
         rounds = max(1, sends // SENDS_PER_READ)

@@ -85,13 +85,21 @@ def test_broker_and_namesrv_metrics_follow_a_produce_consume_run(tidemq_cluster)
                         during = await loop.run_in_executor(None, scrape, broker_url)
                         assert value(during, "tidemq_broker_messages_in_total",
                                      topic=TOPIC) == (i + 1) * batch_size
+                    with_consumer = value(during, "tidemq_broker_connections")
                     for i in range(singles):
                         await producer.send(Message(TOPIC, f"s-{i}"))
                     deadline = time.monotonic() + WAIT_S
                     while len(consumed) < sent:
                         assert time.monotonic() < deadline, f"consumed {len(consumed)}"
                         await asyncio.sleep(0.05)
-                # the consumer closed and committed; these stay unconsumed: lag
+                # The consumer closed and committed; these stay unconsumed: lag. Once the
+                # broker has seen its connection close: a pull it left parked until then
+                # would take the first late message (handed out, counted out, never consumed).
+                deadline = time.monotonic() + WAIT_S
+                while value(await loop.run_in_executor(None, scrape, broker_url),
+                            "tidemq_broker_connections") >= with_consumer:
+                    assert time.monotonic() < deadline, "the consumer's connection stays open"
+                    await asyncio.sleep(0.05)
                 for i in range(late):
                     await producer.send(Message(TOPIC, f"late-{i}"))
             progress = await admin.consume_stats(GROUP, TOPIC)
