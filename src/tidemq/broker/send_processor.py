@@ -29,7 +29,8 @@ half queue, as RocketMQ's does.
 A batch body (§6.5) becomes one ``MessageBatch``: each entry gets the batch-level
 properties (header ``i``) and CLUSTER appended; batches cannot be delayed or sent to a retry
 topic (MESSAGE_ILLEGAL). The batches served in one loop iteration are appended together, at
-its end (batch_appender.py), each answered with its own offsets and msg ids; a direct store
+its end (batch_appender.py; under SYNC_FLUSH a chunk at a time, so the disk syncs one chunk
+while the loop appends the next), each answered with its own offsets and msg ids; a direct store
 write for a send (a single message, a batch outside the column path) appends the queued
 batches first, so the store sees the sends in the order they were served. A batch whose
 batch-level properties say TRAN_MSG=true (a tidemq extension, sent by the exactly-once Spark
@@ -64,7 +65,7 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, NamedTuple
 
-from tidemq.broker.batch_appender import BatchAppender
+from tidemq.broker.batch_appender import SYNC_CHUNK_MESSAGES, BatchAppender
 from tidemq.broker.config import PERM_READ, PERM_WRITE
 from tidemq.broker.exactly_once.records import EOS_COMMIT_DROPPED
 from tidemq.broker.ha.flush_waits import settle_ready
@@ -111,6 +112,7 @@ from tidemq.protocol.message import (
 from tidemq.protocol.msgid import new_unique_key, new_unique_keys
 from tidemq.remoting.dispatch import LaterResponse
 from tidemq.store.batch_properties import merge_batch_properties
+from tidemq.store.config import FlushDiskType
 from tidemq.store.interface import MessageBatch, PutResult, PutStatus, StoreMessage
 
 if TYPE_CHECKING:
@@ -260,7 +262,12 @@ class SendMessageProcessor:
         self._exactly_once = exactly_once
         self._pull_holds = pull_holds
         self._random = random.Random()
-        self._batches = BatchAppender(store, stats, self._batch_refusal, self._wake_consumers)
+        # SYNC_FLUSH: the disk syncs one chunk of an iteration's batches while the loop
+        # appends the next (batch_appender.py).
+        chunk = (SYNC_CHUNK_MESSAGES if store_config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+                 else None)
+        self._batches = BatchAppender(store, stats, self._batch_refusal, self._wake_consumers,
+                                      chunk)
 
     def register(self, server: RemotingServer) -> None:
         """Register the send handlers on ``server``."""
