@@ -123,6 +123,9 @@ class _UniqueKeyState:
         self.prefix_hex = prefix.hex().upper()
         self.counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
         self.month = (0, 0)  # (start ms, next start ms); (0, 0) forces a first computation
+        # (ms, the key head made then): sends of one millisecond share the formatting. One
+        # attribute, so a thread reads a matching pair.
+        self.head_at: tuple[int, str] = (-1, "")
         self.lock = threading.Lock()
 
 
@@ -171,12 +174,17 @@ def _key_head() -> tuple[_UniqueKeyState, str]:
     if state is None:
         state = _state = _UniqueKeyState()
     now_ms = time.time_ns() // 1_000_000
+    head_ms, head = state.head_at
+    if head_ms == now_ms:
+        return state, head
     start, end = state.month
     if not start <= now_ms < end:
         with state.lock:
             state.month = _month_bounds_ms(now_ms)
             start = state.month[0]
-    return state, f"{state.prefix_hex}{(now_ms - start) & 0xFFFFFFFF:08X}"
+    head = f"{state.prefix_hex}{(now_ms - start) & 0xFFFFFFFF:08X}"
+    state.head_at = (now_ms, head)
+    return state, head
 
 
 def unique_key_timestamp(key: str, now_ms: int | None = None) -> int | None:
