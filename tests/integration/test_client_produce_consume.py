@@ -207,8 +207,15 @@ def test_poll_long_polls_until_a_message_arrives(tidemq_cluster):
                 Producer("client_it_lp_producer", namesrv) as producer:
             consumer.assign(queues)
             assert await consumer.poll(300) == []
+            # LAST is resolved by the first fetch, which on a busy machine can come after that
+            # poll: a message sent before it would not be new to this consumer.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 20
+            while consumer.position(queues[0]) is None and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+            assert consumer.position(queues[0]) == 0
             waiting = asyncio.ensure_future(consumer.poll(20_000))
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # time to park the long poll: a message is sent after it
             assert not waiting.done()
             await producer.send(Message(topic, b"wake up"))
             got = await waiting

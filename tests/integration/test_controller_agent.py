@@ -303,8 +303,15 @@ def test_an_async_master_elected_with_a_gap_logs_the_loss_window(
         # sync (within haMaxGapNotInSync), has 11,500.
         one.store.offset, two.store.offset = 12_000, 11_500
         connection.acked_offset = 11_500
-        await asyncio.sleep(0.5)  # a few heartbeats: both offsets reported
         store = ControllerStore(parse_endpoints(etcd.endpoint), prefix)
+        # Both offsets reported (a fixed 0.5 s here was too short for the heartbeats under load).
+        async with asyncio.timeout(30):
+            while True:
+                view = await store.read_group("g")
+                if (view.master_offset == (1, 12_000) and 2 in view.replicas
+                        and view.replicas[2].confirmed_offset == 11_500):
+                    break
+                await asyncio.sleep(0.05)
         service = ControllerService(store, ControllerSettings(scan_interval_s=0.05))
         service.start()
         try:

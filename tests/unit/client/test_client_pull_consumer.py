@@ -229,9 +229,16 @@ def test_poll_waits_for_a_message_that_arrives_later(run):
             cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
             broker = cluster.brokers[0]
             async with consumer_for(cluster, consume_from="LAST") as consumer:
-                consumer.assign([MessageQueue("T", "broker-a", 0)])
+                queue = MessageQueue("T", "broker-a", 0)
+                consumer.assign([queue])
                 waiting = asyncio.ensure_future(consumer.poll(5_000))
-                await asyncio.sleep(0.3)
+                # LAST is resolved by the poll's first fetch: a message sent before that (a
+                # fixed 0.3 s here, on a busy machine) would not be new to this consumer.
+                for _ in range(400):
+                    if consumer.position(queue) is not None:
+                        break
+                    await asyncio.sleep(0.05)
+                assert consumer.position(queue) == 0
                 assert not waiting.done()
                 fill(broker, "T", 0, 1)
                 got = await waiting

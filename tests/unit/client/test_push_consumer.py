@@ -97,7 +97,10 @@ def test_committed_offset_never_passes_a_message_still_being_consumed(run):
 
             async with consumer:
                 await wait_for(lambda: len(done) == 19, "every message but offset 5")
-                await asyncio.sleep(0.2)  # several periodic commits
+                # A periodic commit after the 19: it must stop at the stuck offset 5 (a fixed
+                # 0.2 s here could pass before any commit on a busy machine).
+                await wait_for(lambda: committed(cluster).get(("broker-a", 0), -1) >= 5,
+                               "a periodic commit")
                 stuck = committed(cluster)[("broker-a", 0)]
                 release.set()
                 await wait_for(lambda: committed(cluster).get(("broker-a", 0)) == 20,
