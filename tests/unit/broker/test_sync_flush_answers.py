@@ -122,3 +122,57 @@ def test_a_sync_later_than_sync_flush_timeout_is_answered_flush_disk_timeout(
     assert [r.code for r in responses] == [ResponseCode.FLUSH_DISK_TIMEOUT] * 2
     assert all("syncFlushTimeout=50 ms" in r.remark for r in responses)
     assert all(r.ext_fields["msgId"] for r in responses)  # stored, and said so
+
+
+def test_batches_appended_in_chunks_are_each_answered_only_after_a_sync_covering_them(
+        make_broker, serve, tmp_path, monkeypatch):
+    # Under SYNC_FLUSH an iteration's batches are appended a chunk at a time, each chunk with
+    # its own sync (broker/batch_appender.py): no batch may be answered by a sync that does
+    # not cover its last record.
+    sync = GatedSync(tmp_path, monkeypatch)
+    broker = make_broker(store_kind="file", store_overrides={"flush_disk_type": "SYNC_FLUSH"})
+    with_topic(broker, "Orders")
+    sync.watch(broker.store)
+    appends: list[int] = []
+    put_batches = broker.store.put_batches
+
+    def recording_put_batches(batches):
+        appends.append(len(batches))
+        return put_batches(batches)
+
+    broker.store.put_batches = recording_put_batches
+    bodies = [b"c%d" % n for n in range(100)]  # 100 a batch: a 256-message chunk takes 3
+
+    async def sends(link) -> list[tuple[RemotingCommand, bool]]:
+        arrived: list[tuple[RemotingCommand, bool]] = []
+
+        def judged(done: asyncio.Task) -> None:
+            response = done.result()
+            last = decode_offset_msg_id(response.ext_fields["msgId"].split(",")[-1])[1]
+            arrived.append((response, sync.covers(last)))
+
+        tasks = []
+        for queue_id in range(4):
+            task = asyncio.create_task(link.invoke(
+                batch_request("Orders", bodies, queue_id=queue_id), timeout_ms=60_000))
+            task.add_done_callback(judged)
+            tasks.append(task)
+        await wait_until(lambda: sum(appends) == 4)
+        probe = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
+        assert (await link.invoke(probe)).code == ResponseCode.SUCCESS
+        assert arrived == []  # every batch waits for the held sync
+        sync.open()
+        await asyncio.wait_for(asyncio.gather(*tasks), WAIT_BOUND_S)
+        return arrived
+
+    async def scenario():
+        async with serve(broker) as link:
+            try:
+                return await sends(link)
+            finally:
+                sync.open()
+
+    arrived = asyncio.run(scenario())
+    assert [response.code for response, _ in arrived] == [ResponseCode.SUCCESS] * 4
+    assert all(after for _, after in arrived), arrived
+    assert max(appends) <= 3  # no append took more than a chunk
