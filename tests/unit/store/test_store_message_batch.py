@@ -12,11 +12,13 @@ from hypothesis import strategies as st
 from store_helpers import small_config
 
 from tidemq.protocol.message import (
+    MAGIC_V1,
     decode_properties,
     decode_records,
     encode_properties,
     tags_code,
 )
+from tidemq.store import record_encoder
 from tidemq.store.batch_properties import merge_batch_properties
 from tidemq.store.interface import MessageBatch, PutStatus
 from tidemq.store.memory_store import MemoryMessageStore
@@ -205,15 +207,19 @@ def test_index_keys_are_the_unique_key_then_each_non_empty_keys_token() -> None:
     born_timestamp=st.integers(0, 2**63 - 1),
     born_port=st.integers(0, 65535),
     reconsume_times=st.integers(0, 2**31 - 1),
+    body_length=st.sampled_from([None, 0, 1, 1024]),  # None: each body its own length
 )
 def test_put_batch_fields_are_stored_as_put_messages_stores_them(
-    tmp_path_factory, count, flags, sysflag, born_timestamp, born_port, reconsume_times
+    tmp_path_factory, count, flags, sysflag, born_timestamp, born_port, reconsume_times,
+    body_length,
 ):
-    # Every field a batch shares is packed once for the batch (record_encoder.py): the
-    # records must still be those put_messages writes message by message.
+    # Every field a batch shares is packed once for the batch, and records of one size in
+    # one pack each (record_encoder.py): the records must still be those put_messages
+    # writes message by message.
     root = tmp_path_factory.mktemp("fields")
     batch = MessageBatch(
-        "Orders", 0, [bytes([n]) * (n + 1) for n in range(count)],
+        "Orders", 0,
+        [bytes([n]) * (n + 1 if body_length is None else body_length) for n in range(count)],
         [f"UNIQ_KEY\x01U{n:031d}".encode() for n in range(count)], flags[:count], None,
         [(f"U{n:031d}",) for n in range(count)], sysflag=sysflag,
         born_timestamp=born_timestamp, born_host=f"10.0.0.7:{born_port}",
@@ -224,3 +230,38 @@ def test_put_batch_fields_are_stored_as_put_messages_stores_them(
         assert columns.put_batch(batch).status is PutStatus.PUT_OK
         assert reference.put_messages(batch.to_store_messages()).status is PutStatus.PUT_OK
         assert raw_records(columns, "Orders", count) == raw_records(reference, "Orders", count)
+
+
+def test_records_of_one_size_are_packed_as_the_joined_parts() -> None:
+    # The one-pack path for like records gives the bytes of prefix + body + tail joined;
+    # other batches (bodies or properties of several lengths, a body the struct does not
+    # take) are left to the join.
+    count = 16
+    bodies = [bytes([n]) * 1024 for n in range(count)]
+    properties = [f"UNIQ_KEY\x01U{n:031d}".encode() for n in range(count)]
+    shared = bytes(range(64))
+    topic_field = b"\x06Orders"
+    body_lengths = [1024] * count
+    properties_lengths = list(map(len, properties))
+    size = 88 + 1024 + len(topic_field) + 2 + properties_lengths[0]
+    sizes = [size] * count
+    crcs = record_encoder.body_crcs(bodies)
+    flags = list(range(count))
+    packed = record_encoder._pack_like_records(
+        count, sizes, crcs, 3, flags, shared, bodies, topic_field, properties, body_lengths,
+        properties_lengths)
+    prefixes = [
+        struct.pack(">iiiii64si", size, MAGIC_V1, crc, 3, flag, shared, 1024)
+        for crc, flag in zip(crcs, flags, strict=True)
+    ]
+    joined = record_encoder._join_records(prefixes, bodies, topic_field, properties,
+                                          properties_lengths)
+    assert packed == joined
+    mixed = [*body_lengths[:-1], 1023]
+    assert record_encoder._pack_like_records(
+        count, sizes, crcs, 3, flags, shared, [*bodies[:-1], bodies[-1][:-1]], topic_field,
+        properties, mixed, properties_lengths) is None
+    viewed = [*bodies[:-1], memoryview(bodies[-1])]
+    assert record_encoder._pack_like_records(
+        count, sizes, crcs, 3, flags, shared, viewed, topic_field, properties, body_lengths,
+        properties_lengths) is None
