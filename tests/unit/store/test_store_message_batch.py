@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+import zlib
 
 import pytest
 from hypothesis import given, settings
@@ -238,6 +239,7 @@ def test_records_of_one_size_are_packed_as_the_joined_parts() -> None:
     # take) are left to the join.
     count = 16
     bodies = [bytes([n]) * 1024 for n in range(count)]
+    assert any(zlib.crc32(body) >> 31 for body in bodies)  # a CRC with its high bit set
     properties = [f"UNIQ_KEY\x01U{n:031d}".encode() for n in range(count)]
     shared = bytes(range(64))
     topic_field = b"\x06Orders"
@@ -257,6 +259,10 @@ def test_records_of_one_size_are_packed_as_the_joined_parts() -> None:
     joined = record_encoder._join_records(prefixes, bodies, topic_field, properties,
                                           properties_lengths)
     assert packed == joined
+    # CRCs computed there (each high bit cleared in the buffer), as body_crcs gives them.
+    assert record_encoder._pack_like_records(
+        count, sizes, None, 3, flags, shared, bodies, topic_field, properties, body_lengths,
+        properties_lengths) == joined
     mixed = [*body_lengths[:-1], 1023]
     assert record_encoder._pack_like_records(
         count, sizes, crcs, 3, flags, shared, [*bodies[:-1], bodies[-1][:-1]], topic_field,
