@@ -113,7 +113,13 @@ from tidemq.protocol.msgid import new_unique_key, new_unique_keys
 from tidemq.remoting.dispatch import LaterResponse
 from tidemq.store.batch_properties import merge_batch_properties
 from tidemq.store.config import FlushDiskType
-from tidemq.store.interface import MessageBatch, PutResult, PutStatus, StoreMessage
+from tidemq.store.interface import (
+    MessageBatch,
+    PutResult,
+    PutStatus,
+    StoreMessage,
+    joined_msg_ids,
+)
 
 if TYPE_CHECKING:
     from tidemq.broker.config import BrokerConfig
@@ -788,7 +794,7 @@ class SendMessageProcessor:
             else:
                 remark = result.remark or f"the store refused the message: {status.value}"
             return RemotingCommand.response_to(request, code, remark, ext_fields)
-        ext_fields["msgId"] = ",".join(result.msg_ids)
+        ext_fields["msgId"] = joined_msg_ids(result.msg_ids)
         ext_fields["queueId"] = str(stored.queue_id)
         ext_fields["queueOffset"] = str(result.queue_offset)
         remark = None

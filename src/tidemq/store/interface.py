@@ -130,15 +130,66 @@ class MessageBatch:
         return messages
 
 
+class JoinedMsgIds(Sequence[str]):
+    """Msg ids held as one comma-separated text, as a send's answer carries them (its
+    ``msgId`` field); split into a list only when read one by one. A batch's answer is
+    rendered for all its records with a few string calls and joined with none.
+
+    Equal to a list of the same ids (and to another ``JoinedMsgIds`` of the same text).
+    """
+
+    __slots__ = ("_ids", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._ids: list[str] | None = None
+
+    def _split(self) -> list[str]:
+        ids = self._ids
+        if ids is None:
+            ids = self._ids = self.text.split(",") if self.text else []
+        return ids
+
+    def __len__(self) -> int:
+        return len(self._split())
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]  # int or slice, as list's
+        return self._split()[index]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._split())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, JoinedMsgIds):
+            return self.text == other.text
+        if isinstance(other, list):
+            return self._split() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-like, as a list
+
+    def __repr__(self) -> str:
+        return f"JoinedMsgIds({self.text!r})"
+
+
+def joined_msg_ids(msg_ids: Sequence[str]) -> str:
+    """The ids as a send's answer carries them: comma-separated."""
+    if isinstance(msg_ids, JoinedMsgIds):
+        return msg_ids.text
+    return ",".join(msg_ids)
+
+
 @dataclass(slots=True)
 class PutResult:
     """What an append did.
 
     ``physical_offset`` and ``queue_offset`` are those of the first message; a batch's
     messages follow with consecutive queue offsets. ``msg_ids`` are the offset message ids
-    (docs/protocol.md §8.1), one per message. Under SYNC_FLUSH ``durable`` is a Future that
-    resolves to PUT_OK once the bytes are synced, or FLUSH_DISK_TIMEOUT when they were not
-    within ``sync_flush_timeout_ms``; it is None under ASYNC_FLUSH and when nothing was written.
+    (docs/protocol.md §8.1), one per message (a list, or a ``JoinedMsgIds``: compare and
+    read it as a list, answer with ``joined_msg_ids``). Under SYNC_FLUSH ``durable`` is a
+    Future that resolves to PUT_OK once the bytes are synced, or FLUSH_DISK_TIMEOUT when
+    they were not within ``sync_flush_timeout_ms``; it is None under ASYNC_FLUSH and when
+    nothing was written.
     """
 
     status: PutStatus
@@ -146,7 +197,7 @@ class PutResult:
     physical_offset: int = -1
     wrote_bytes: int = 0
     queue_offset: int = -1
-    msg_ids: list[str] = field(default_factory=list)
+    msg_ids: Sequence[str] = field(default_factory=list)
     store_timestamp: int = 0
     message_count: int = 0
     durable: Future[PutStatus] | None = None

@@ -66,6 +66,7 @@ from tidemq.store.flush import GroupCommitService
 from tidemq.store.interface import (
     DispatchListener,
     GetResult,
+    JoinedMsgIds,
     MessageBatch,
     MessageStore,
     PutResult,
@@ -102,6 +103,14 @@ def _offset_msg_ids(prefix: str, physical_offsets: list[int]) -> list[str]:
     # pack them big-endian, hex them with a space every 8 bytes, split.
     packed = struct.pack(f">{len(physical_offsets)}q", *physical_offsets)
     return list(map(prefix.__add__, packed.hex(" ", 8).upper().split(" ")))
+
+
+def _joined_offset_msg_ids(prefix: str, physical_offsets: list[int]) -> JoinedMsgIds:
+    # The same ids comma-joined, as a batch's answer carries them, with no string per id:
+    # the offsets hexed with a comma every 8 bytes, the host part put before each.
+    packed = struct.pack(f">{len(physical_offsets)}q", *physical_offsets)
+    hexed = packed.hex(",", 8).upper()
+    return JoinedMsgIds(prefix + hexed.replace(",", "," + prefix))
 
 
 class StoreCore(MessageStore):
@@ -352,7 +361,7 @@ class StoreCore(MessageStore):
                 physical_offset=physical_offsets[0],
                 wrote_bytes=len(batch.buffer),
                 queue_offset=queue_offset,
-                msg_ids=_offset_msg_ids(prefix, physical_offsets),
+                msg_ids=_joined_offset_msg_ids(prefix, physical_offsets),
                 store_timestamp=store_timestamp,
                 message_count=len(batch.sizes),
                 durable=durable,
@@ -393,7 +402,7 @@ class StoreCore(MessageStore):
             physical_offset=physical_offsets[0],
             wrote_bytes=len(batch.buffer),
             queue_offset=queue_offset if queued else 0,
-            msg_ids=_offset_msg_ids(prefix, physical_offsets) if msg_ids else [],
+            msg_ids=_joined_offset_msg_ids(prefix, physical_offsets) if msg_ids else [],
             store_timestamp=store_timestamp,
             message_count=count,
             durable=durable,
