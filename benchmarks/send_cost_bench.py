@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/send_cost_bench.py [--side producer|broker] [--sends 20000]
         [--runs 3] [--variant NAME=SRC ...] [--json]
+        [--per-read 32] [--pause-ms 0] [--dispatcher]     (--side broker)
 
 At 20,000 single sends a second the producer process spends ~25 us of CPU per message, and
 how many answers share a read (and so the event loop's and the kernel's part) moves with the
@@ -15,7 +16,12 @@ process (its store in a temporary directory, no client connected) is handed read
 SEND_MESSAGE_V2 frames of 1 KiB (a producer's half window at 20,000 msg/s, 8 queues), each
 fed to a ``FrameDecoder``, served by the send processor's group handler and every response
 encoded, as the connection does: the broker's Python work per single send, store append
-included. It starts one ``tidemq dev`` (for the producer's route only), then runs each ``--variant``
+included. ``--per-read 1`` or ``2`` gives the reads of a 2,000 msg/s producer; with
+``--dispatcher`` each read goes through the remoting dispatcher as a connection's would (the
+send handlers as the broker registers them: a task per group, or served in place), and
+``--pause-ms`` sleeps before each read so that the core runs other processes in between and
+the broker's code and data are cold when it is served, as at low rates. It starts one
+``tidemq dev`` (for the producer's route only), then runs each ``--variant``
 (``NAME=SRC``: ``.`` for this checkout or another tree's ``src/``, e.g. ``git archive <commit>
 src | tar -x -C /tmp/before`` then ``before=/tmp/before/src``) in its own process, alternating
 the variants run by run; each process times ``--sends`` sends five times (``time.thread_time``)
@@ -80,7 +86,8 @@ async def _child(namesrv: str, sends: int) -> float:
 SENDS_PER_READ = 32
 
 
-async def _broker_child(work_dir: str, sends: int) -> float:
+async def _broker_child(work_dir: str, sends: int, per_read: int = SENDS_PER_READ,
+                        pause_ms: float = 0, dispatcher: bool = False) -> float:
     from tidemq.broker.config import BrokerConfig
     from tidemq.broker.controller import BrokerController
     from tidemq.broker.topic_config_manager import TopicConfig
@@ -88,18 +95,34 @@ async def _broker_child(work_dir: str, sends: int) -> float:
     from tidemq.protocol.frame import FrameDecoder
     from tidemq.protocol.message import encode_properties
     from tidemq.protocol.msgid import new_unique_key
+    from tidemq.remoting.dispatch import RequestDispatcher
     from tidemq.store.config import StoreConfig
     from tidemq.store.file_store import FileMessageStore
 
-    class Producer:  # what the send processor reads of a connection
+    answered = [0]
+
+    class Producer:  # what the send processor (and the dispatcher) use of a connection
         remote_address = "127.0.0.1:45678"
         attributes: dict = {}
         on_close: list = []
         is_closing = False
 
+        def send_response(self, response: RemotingCommand) -> bool:
+            response.encode_parts()
+            answered[0] += 1
+            return True
+
+        def _flush(self) -> None:  # the cork's write: no socket here
+            pass
+
+        flush = _flush
+
+        def _request_done(self) -> None:
+            pass
+
     def read_of_sends() -> bytes:
         frames = []
-        for index in range(SENDS_PER_READ):
+        for index in range(per_read):
             fields = {"a": "SEND_COST_P", "b": TOPIC, "c": "TBW102", "d": "4",
                       "e": str(index % 8), "f": "0", "g": str(time.time_ns() // 1_000_000),
                       "h": "0", "i": encode_properties({"UNIQ_KEY": new_unique_key()}),
@@ -115,26 +138,36 @@ async def _broker_child(work_dir: str, sends: int) -> float:
         broker.topic_config_manager.update(TopicConfig(TOPIC, 8, 8))
         processor = broker.send_processor
         producer = Producer()
-        producer.loop = asyncio.get_running_loop()  # type: ignore[attr-defined]
+        producer.loop = producer._loop = asyncio.get_running_loop()  # type: ignore[attr-defined]
         decoder = FrameDecoder()
         reads = [read_of_sends() for _ in range(20)]
-        rounds = max(1, sends // SENDS_PER_READ)
+        rounds = max(1, sends // per_read)
+        routes = RequestDispatcher()
+        processor.register(routes)  # type: ignore[arg-type]  # it takes register() alone
 
         async def serve(count: int) -> None:
             for index in range(count):
                 requests = decoder.feed(reads[index % len(reads)])
+                if pause_ms:  # the core goes to other processes between reads
+                    time.sleep(pause_ms / 1000)
+                if dispatcher:  # as a connection's read: tasks or in place, as registered
+                    wanted = answered[0] + len(requests)
+                    routes.dispatch_many(requests, producer)  # type: ignore[arg-type]
+                    while answered[0] < wanted:
+                        await asyncio.sleep(0)
+                    continue
                 responses = await processor.handle_group(requests, producer)
                 for request, response in zip(requests, responses, strict=True):
                     response.opaque = request.opaque  # as the dispatcher answers
                     response.flag |= 1
                     response.encode_parts()
 
-        await serve(WARM_UP_SENDS // SENDS_PER_READ)
+        await serve(max(1, WARM_UP_SENDS // per_read))
         costs = []
         for _ in range(REPEATS):
             started = time.thread_time()
             await serve(rounds)
-            costs.append((time.thread_time() - started) / (rounds * SENDS_PER_READ) * 1e6)
+            costs.append((time.thread_time() - started) / (rounds * per_read) * 1e6)
         return statistics.median(costs)
     finally:
         await broker.shutdown(grace_s=1.0)
@@ -149,6 +182,14 @@ def main() -> int:
                         help="NAME=SRC: a source tree to measure ('.' is this checkout)")
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--per-read", type=int, default=SENDS_PER_READ,
+                        help="--side broker: single sends per read")
+    parser.add_argument("--pause-ms", type=float, default=0,
+                        help="--side broker: sleep this long before each read is served (the "
+                        "core runs other processes meanwhile, as at low rates: caches go cold)")
+    parser.add_argument("--dispatcher", action="store_true",
+                        help="--side broker: serve each read through the remoting dispatcher "
+                        "(a task per group, or in place, as the server registers the sends)")
     parser.add_argument("--child-namesrv", help=argparse.SUPPRESS)
     parser.add_argument("--child-store", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -157,7 +198,8 @@ def main() -> int:
         from tidemq.remoting.loop import run
 
         cost = (run(_child(args.child_namesrv, args.sends)) if args.child_namesrv
-                else run(_broker_child(args.child_store, args.sends)))
+                else run(_broker_child(args.child_store, args.sends, args.per_read,
+                                       args.pause_ms, args.dispatcher)))
         print(json.dumps({"us_per_send": cost}))
         return 0
     variants = []
@@ -177,7 +219,9 @@ def main() -> int:
                     child = ["--child-namesrv", server.namesrv]
                 else:
                     store = os.path.join(work_dir, f"store-{run}-{name}")
-                    child = ["--child-store", store]
+                    child = ["--child-store", store, "--per-read", str(args.per_read),
+                             "--pause-ms", str(args.pause_ms),
+                             *(["--dispatcher"] if args.dispatcher else [])]
                 done = subprocess.run(
                     [sys.executable, os.path.abspath(__file__), "--sends", str(args.sends),
                      *child],

@@ -282,7 +282,7 @@ class SendMessageProcessor:
             RequestCode.SEND_MESSAGE_V2,
             RequestCode.SEND_BATCH_MESSAGE,
         ):
-            server.register(code, self.handle_now, group_handler=self.handle_group,
+            server.register(code, self.handle_now, group_handler=self.handle_group_now,
                             immediate=True)
 
     async def handle(self, request: RemotingCommand, connection: Connection
@@ -350,11 +350,24 @@ class SendMessageProcessor:
         """Answer send requests that arrived together, in order: the responses ``handle``
         would give one by one, with the single messages stored in one append (module
         docstring). Never raises for bad input."""
+        answered = self.handle_group_now(requests, connection)
+        if isinstance(answered, list):
+            return answered
+        return await answered
+
+    def handle_group_now(
+        self, requests: list[RemotingCommand], connection: Connection
+    ) -> (list[RemotingCommand | LaterResponse | None]
+          | Awaitable[list[RemotingCommand | LaterResponse | None]]):
+        """``handle_group`` served as the requests are read (the server's immediate group
+        handler): the responses, or a coroutine of them when one of the sends must wait for
+        more than the store's put (a batch queued for the iteration's append, a
+        SYNC_MASTER's slave). No task for a read of single sends (module docstring)."""
         settle_ready(connection.loop)  # answers of syncs done meanwhile go out first
         outcomes: list[_Stored | _QueuedBatch | RemotingCommand | LaterResponse | None] = []
         singles: list[_Single] = []
         # Topics that passed the broker- and topic-wide checks for an earlier send of this
-        # group; nothing else runs on the loop until the next await, which clears it.
+        # group; nothing else runs on the loop until the group is stored.
         checked_topics: dict[str, TopicConfig] = {}
         for request in requests:
             try:
@@ -377,19 +390,34 @@ class SendMessageProcessor:
                 ))
         self._put_singles(singles, outcomes)
         self._wake_consumers()
+        responses: list[RemotingCommand | LaterResponse | Awaitable[RemotingCommand] | None] = []
+        waits = False
+        for request, outcome in zip(requests, outcomes, strict=True):
+            if isinstance(outcome, _QueuedBatch):
+                return self._group_answers_appended(requests, outcomes, connection)
+            if isinstance(outcome, _Stored):
+                outcome = self._answer(request, outcome, self._response_fields(), connection)
+                waits = waits or not isinstance(outcome, RemotingCommand | LaterResponse)
+            responses.append(outcome)
+        if waits:
+            return _all_answered(responses)
+        return responses  # type: ignore[return-value]  # nothing left to wait for
+
+    async def _group_answers_appended(
+        self, requests: list[RemotingCommand],
+        outcomes: list[_Stored | _QueuedBatch | RemotingCommand | LaterResponse | None],
+        connection: Connection,
+    ) -> list[RemotingCommand | LaterResponse | None]:
+        """The responses of a group with a batch queued for the iteration's append, once
+        appended, in order."""
         responses: list[RemotingCommand | LaterResponse | None] = []
-        role = self._role
         for request, outcome in zip(requests, outcomes, strict=True):
             if isinstance(outcome, _QueuedBatch):
                 outcome = await _appended(outcome)
             if isinstance(outcome, _Stored):
-                result = outcome.result
-                status = role.stored_status_now(result) if outcome.wait else result.status
-                if status is not None:
-                    outcome = self._response(request, outcome, status, self._response_fields())
-                else:
-                    outcome = (self._answer_later(request, outcome, connection)
-                               or await self._respond(request, outcome, self._response_fields()))
+                answer = self._answer(request, outcome, self._response_fields(), connection)
+                outcome = (answer if isinstance(answer, RemotingCommand | LaterResponse)
+                           else await answer)
             responses.append(outcome)
         return responses
 
@@ -818,6 +846,14 @@ class SendMessageProcessor:
         return RemotingCommand(int(code), request.opaque, FLAG_RESPONSE, remark, ext_fields,
                                None, LanguageCode.PYTHON, TIDEMQ_VERSION,
                                request.serialize_type)
+
+
+async def _all_answered(
+    responses: list[RemotingCommand | LaterResponse | Awaitable[RemotingCommand] | None],
+) -> list[RemotingCommand | LaterResponse | None]:
+    """``responses`` with each awaitable among them awaited, in order."""
+    return [response if response is None or isinstance(response, RemotingCommand | LaterResponse)
+            else await response for response in responses]
 
 
 async def _appended(outcome: _Stored | _QueuedBatch) -> _Stored:

@@ -26,9 +26,10 @@ its response joins the connection's writes at once. A task per request cost abou
 a long poll's whole re-run, and its answer waited for the next loop iteration. An immediate
 handler that finds it must wait after all returns a ``LaterResponse`` or an awaitable (a
 coroutine) of the response: the awaitable is then run as the request's task, exactly as an
-ordinary handler's would be (the broker's lone send: stored and answered in place, a task
-only for a SYNC_FLUSH or a slave's wait). An immediate handler may have a group handler too:
-it serves a lone request, the group handler several of one read.
+ordinary handler's would be (the broker's sends: stored and answered in place, a task only
+for a batch's append at the iteration's end or a slave's wait). An immediate handler may
+have a group handler too: it serves a lone request, the group handler several of one read,
+likewise called in place, returning the list of responses or an awaitable of it.
 
 Outcomes the peer sees (docs/protocol.md §1.5):
 
@@ -121,9 +122,11 @@ ImmediateHandler = Callable[
     [RemotingCommand, "Connection"],
     "RemotingCommand | LaterResponse | Awaitable[RemotingCommand | LaterResponse | None] | None",
 ]
+# An immediate route's group handler may also return the list itself (module docstring).
 GroupHandler = Callable[
     [list[RemotingCommand], "Connection"],
-    Awaitable["list[RemotingCommand | LaterResponse | None]"],
+    "Awaitable[list[RemotingCommand | LaterResponse | None]] | "
+    "list[RemotingCommand | LaterResponse | None]",
 ]
 Refusal = tuple[int, str]
 
@@ -266,7 +269,9 @@ class RequestDispatcher:
                 request, and return one response (or None) per request, in order.
             immediate: ``handler`` is a plain function, called as each request is
                 dispatched, that answers in place or returns what to wait for (module
-                docstring); with ``group_handler`` it serves the requests that came alone.
+                docstring); with ``group_handler`` it serves the requests that came alone,
+                and ``group_handler`` is called in place too (a list of responses, or an
+                awaitable of it).
 
         Raises:
             ValueError: ``max_pending`` is below 1.
@@ -417,11 +422,31 @@ class RequestDispatcher:
             # block ran 19-21k msg/s against 32-36k answered a group at a time. A response
             # still waiting on its group (a SYNC_FLUSH wait) leaves with the cork at the end
             # of its loop iteration.
+            flush = after == 0 or after >= GROUP_REQUESTS_MAX
+            if group.route.immediate:
+                self._serve_group_now(group.route, group.requests, connection, flush)
+                continue
             task = loop.create_task(_serve_group(
-                group.route, group.requests, connection, self._observer,
-                after == 0 or after >= GROUP_REQUESTS_MAX))
+                group.route, group.requests, connection, self._observer, flush))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _serve_group_now(self, route: _Route, requests: list[RemotingCommand],
+                         connection: Connection, flush: bool) -> None:
+        """``_serve_group`` for an immediate route's group handler, called in place; what it
+        returns to wait for (an awaitable of the responses) runs as the group's task."""
+        observer = self._observer
+        started = time.perf_counter() if observer is not None else 0.0
+        try:
+            answered = route.group_handler(requests, connection)  # type: ignore[misc]
+            if not isinstance(answered, list):
+                self._spawn(_serve_group(route, requests, connection, observer, flush,
+                                         answered, started), connection)
+                return
+            responses = _counted(answered, requests)
+        except Exception as exc:
+            responses = _group_failed(requests, connection, exc)
+        _answer_group(route, requests, responses, connection, observer, flush, started)
 
     def _ask_guard(self, request: RemotingCommand, connection: Connection) -> object:
         """The guard's verdict: None (through), a ``DeferredCheck``, or ``_REFUSED`` after
@@ -563,28 +588,55 @@ def _finish_later(route: _Route, request: RemotingCommand, connection: Connectio
 async def _serve_group(
     route: _Route, requests: list[RemotingCommand], connection: Connection,
     observer: RequestObserver | None = None, flush: bool = True,
+    awaitable: Awaitable[list[RemotingCommand | LaterResponse | None]] | None = None,
+    started: float | None = None,
 ) -> None:
-    started = time.perf_counter() if observer is not None else 0.0
+    """Run ``route``'s group handler for ``requests`` (or finish ``awaitable``, what an
+    immediate group handler left to wait for, started at ``started``); answer them."""
+    if started is None:
+        started = time.perf_counter() if observer is not None else 0.0
+    try:
+        if awaitable is None:
+            awaitable = route.group_handler(requests, connection)  # type: ignore[misc]
+        responses = _counted(await awaitable, requests)  # type: ignore[misc]
+    except Exception as exc:
+        responses = _group_failed(requests, connection, exc)
+    except BaseException:  # cancelled (shutdown): nothing will answer them
+        _group_done(route, connection, len(requests))
+        raise
+    _answer_group(route, requests, responses, connection, observer, flush, started)
+
+
+def _counted(responses: list[RemotingCommand | LaterResponse | None],
+             requests: list[RemotingCommand]) -> list[RemotingCommand | LaterResponse | None]:
+    if len(responses) != len(requests):
+        raise RuntimeError(
+            f"group handler answered {len(responses)} responses to {len(requests)} requests"
+        )
+    return responses
+
+
+def _group_failed(requests: list[RemotingCommand], connection: Connection,
+                  exc: Exception) -> list[RemotingCommand | LaterResponse | None]:
+    log.exception(
+        "group handler for %d requests (first %s) from %s failed",
+        len(requests),
+        requests[0].describe(),
+        connection.remote_address,
+    )
+    remark = describe_exception(exc)
+    return [RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=remark) for _ in requests]
+
+
+def _answer_group(
+    route: _Route, requests: list[RemotingCommand],
+    responses: list[RemotingCommand | LaterResponse | None], connection: Connection,
+    observer: RequestObserver | None, flush: bool, started: float,
+) -> None:
+    """Write a group's responses, then its requests' bookkeeping (a ``LaterResponse``'s when
+    it is resolved)."""
     later = 0  # requests answered by a LaterResponse: their bookkeeping is _finish_later's
     try:
-        try:
-            responses = await route.group_handler(requests, connection)  # type: ignore[misc]
-            if len(responses) != len(requests):
-                raise RuntimeError(
-                    f"group handler answered {len(responses)} responses to {len(requests)} "
-                    "requests"
-                )
-        except Exception as exc:
-            log.exception(
-                "group handler for %d requests (first %s) from %s failed",
-                len(requests),
-                requests[0].describe(),
-                connection.remote_address,
-            )
-            remark = describe_exception(exc)
-            responses = [
-                RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=remark) for _ in requests
-            ]
         for request, response in zip(requests, responses, strict=True):
             if isinstance(response, LaterResponse):
                 later += 1
@@ -599,10 +651,13 @@ async def _serve_group(
         if flush:
             connection._flush()
     finally:
-        served = len(requests) - later
-        route.pending -= served
-        for _ in range(served):
-            connection._request_done()
+        _group_done(route, connection, len(requests) - later)
+
+
+def _group_done(route: _Route, connection: Connection, served: int) -> None:
+    route.pending -= served
+    for _ in range(served):
+        connection._request_done()
 
 
 def _observe_group(observer: RequestObserver, requests: list[RemotingCommand],

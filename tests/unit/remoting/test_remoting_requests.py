@@ -377,7 +377,8 @@ def test_immediate_handler_may_leave_a_wait_and_share_its_code_with_a_group_hand
     """An immediate handler that must wait returns a coroutine (run as the request's task)
     or a LaterResponse (written when resolved): both reach the peer, and the server counts
     the request as running until then. With a group handler on the same code, a request
-    that came alone is served in place, requests of one read by the group handler."""
+    that came alone is served in place, requests of one read by the group handler, called
+    in place too: its list of responses, or a coroutine of it, reaches the peer."""
     tasks_seen: list[asyncio.Task | None] = []
     later_answers: list[LaterResponse] = []
     gate = asyncio.Event()
@@ -398,10 +399,20 @@ def test_immediate_handler_may_leave_a_wait_and_share_its_code_with_a_group_hand
             return later
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, remark=kind)
 
-    async def group(requests: list[RemotingCommand], connection: Connection):
-        grouped.append([request.ext_fields["kind"] for request in requests])
-        return [RemotingCommand.response_to(request, ResponseCode.SUCCESS, remark="group")
-                for request in requests]
+    def group(requests: list[RemotingCommand], connection: Connection):
+        tasks_seen.append(asyncio.current_task())
+        kinds = [request.ext_fields["kind"] for request in requests]
+        grouped.append(kinds)
+        answers = [RemotingCommand.response_to(request, ResponseCode.SUCCESS, remark="group")
+                   for request in requests]
+        if kinds[0] != "wait":
+            return answers
+
+        async def after_the_gate():
+            await gate.wait()
+            return answers
+
+        return after_the_gate()
 
     async def main():
         async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
@@ -419,11 +430,14 @@ def test_immediate_handler_may_leave_a_wait_and_share_its_code_with_a_group_hand
             first = await awaited
             later_answers[0].resolve(RemotingCommand(ResponseCode.SUCCESS, remark="resolved"))
             second = await later
-            # Two requests in one write reach the server in one read: the group handler.
+            # Two requests in one write reach the server in one read: the group handler,
+            # which answers in place or leaves a coroutine (already through its gate here).
             reader, writer = await asyncio.open_connection("127.0.0.1", server.bound_ports[0])
-            pair = [RemotingCommand.request(ECHO, {"kind": k}) for k in ("a", "b")]
-            writer.write(b"".join(r.encode() for r in pair))
-            answers = [await read_command(reader), await read_command(reader)]
+            answers = []
+            for kinds in (("a", "b"), ("wait", "c")):
+                pair = [RemotingCommand.request(ECHO, {"kind": k}) for k in kinds]
+                writer.write(b"".join(r.encode() for r in pair))
+                answers += [await read_command(reader), await read_command(reader)]
             writer.close()
             await writer.wait_closed()
             return first, second, answers
@@ -431,9 +445,9 @@ def test_immediate_handler_may_leave_a_wait_and_share_its_code_with_a_group_hand
     first, second, answers = run(main())
     assert (first.code, first.remark) == (ResponseCode.SUCCESS, "awaited")
     assert (second.code, second.remark) == (ResponseCode.SUCCESS, "resolved")
-    assert tasks_seen == [None, None]  # both called in place, from the read
-    assert grouped == [["a", "b"]]
-    assert [a.remark for a in answers] == ["group", "group"]
+    assert tasks_seen == [None, None, None, None]  # all called in place, from the read
+    assert grouped == [["a", "b"], ["wait", "c"]]
+    assert [a.remark for a in answers] == ["group"] * 4
 
 
 class _Receiver:
