@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
+from tidemq.broker.config import PERM_WRITE
 from tidemq.broker.pull_processor import (
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
@@ -20,7 +23,7 @@ from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import SendMessageRequestHeader
 from tidemq.protocol.message import BatchEntry, encode_batch_body, iter_records
 from tidemq.remoting.client import RemotingClient
-from tidemq.store.config_tables import TopicConfig
+from tidemq.store.config_tables import SubscriptionGroupConfig, TopicConfig
 from tidemq.store.interface import StoreMessage
 
 TOPIC = "TopicPoll"
@@ -81,6 +84,36 @@ def test_parked_pull_is_answered_when_a_message_is_dispatched(make_broker, serve
             assert response.code == ResponseCode.SUCCESS
             assert [m.body for m in iter_records(response.body)] == [b"new"]
             assert response.ext_fields["nextBeginOffset"] == "2"
+            assert hold.parked_count == 0
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("change", ["topic_write_only", "group_consume_disabled"])
+def test_a_permission_taken_away_while_a_pull_is_parked_answers_it_no_permission(
+        make_broker, serve, change):
+    # A woken pull is checked again as it is re-run: what changed while it waited (an admin
+    # took the topic's read permission, or the group's consumeEnable) is what it is told,
+    # not the message that woke it.
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+    broker.subscription_group_manager.update_subscription_group_config(
+        SubscriptionGroupConfig(GROUP))
+
+    async def main():
+        async with serve(broker) as link:
+            pending = start_pull(link, pull_request(0, suspend_ms=60_000))
+            await wait_until(lambda: hold.parked_count == 1, "the pull parked")
+            if change == "topic_write_only":
+                broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1, perm=PERM_WRITE))
+            else:
+                broker.subscription_group_manager.update_subscription_group_config(
+                    SubscriptionGroupConfig(GROUP, consume_enable=False))
+            broker.store.put_message(message(body=b"not for you"))
+            async with asyncio.timeout(WAIT_BOUND_S):
+                response = await pending
+            assert response.code == ResponseCode.NO_PERMISSION, response.remark
+            assert not response.body
             assert hold.parked_count == 0
 
     asyncio.run(main())
