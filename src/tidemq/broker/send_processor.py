@@ -390,11 +390,14 @@ class SendMessageProcessor:
                 ))
         self._put_singles(singles, outcomes)
         self._wake_consumers()
+        for outcome in outcomes:
+            if isinstance(outcome, _QueuedBatch):
+                # Before any send is answered: an answer may register a wait for the disk's
+                # sync or start a coroutine, which must happen once per send.
+                return self._group_answers_appended(requests, outcomes, connection)
         responses: list[RemotingCommand | LaterResponse | Awaitable[RemotingCommand] | None] = []
         waits = False
         for request, outcome in zip(requests, outcomes, strict=True):
-            if isinstance(outcome, _QueuedBatch):
-                return self._group_answers_appended(requests, outcomes, connection)
             if isinstance(outcome, _Stored):
                 outcome = self._answer(request, outcome, self._response_fields(), connection)
                 waits = waits or not isinstance(outcome, RemotingCommand | LaterResponse)

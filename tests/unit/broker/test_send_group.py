@@ -267,3 +267,29 @@ def test_batches_queued_before_the_broker_stops_taking_writes_are_refused(broker
     assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE
     assert "a newer master took over" in answer.remark
     assert stored(broker, "Orders", 0) == []
+
+
+def test_each_send_of_a_group_with_a_queued_batch_is_answered_once(broker, monkeypatch):
+    # A single send before a batch queued for the iteration's append: answering it (which
+    # may register a wait for the disk's sync, or start a coroutine for a slave) happens
+    # once, after the append, not once before it is known a batch waits and again after.
+    with_topic(broker, "Orders")
+    processor = broker.send_processor
+    answered: list[str] = []
+    answer = processor._answer
+
+    def counting_answer(request, stored, ext_fields, connection):
+        answered.append(request.body.decode(errors="replace") if request.code
+                        != RequestCode.SEND_BATCH_MESSAGE else "batch")
+        return answer(request, stored, ext_fields, connection)
+
+    monkeypatch.setattr(processor, "_answer", counting_answer)
+    requests = [
+        send_request("Orders", b"before", queue_id=0),
+        batch_request("Orders", [b"b1", b"b2"], queue_id=0),
+        send_request("Orders", b"after", queue_id=0),
+    ]
+    responses = serve_group(broker, requests)
+
+    assert [r.code for r in responses] == [ResponseCode.SUCCESS] * 3
+    assert answered == ["before", "batch", "after"]
