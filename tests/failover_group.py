@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import os
 import signal
 import subprocess
@@ -196,6 +197,21 @@ def monotonic_ms() -> float:
     return time.monotonic() * 1000
 
 
+def logged_at_ms(server: ServerProcess, text: str) -> float | None:
+    """When ``server`` first logged a line holding ``text``, on ``monotonic_ms``'s clock.
+
+    Read from its store's logs/broker.log (millisecond timestamps in local time); None when no
+    line holds it yet.
+    """
+    path = server.workdir / "store" / "logs" / "broker.log"
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    for line in lines:
+        if text in line:
+            logged = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            return (logged.timestamp() - time.time() + time.monotonic()) * 1000
+    return None
+
+
 TOPIC = "FailoverOrders"
 
 
@@ -205,7 +221,7 @@ class Workload:
     Every send carries a new body (never a retry of an earlier one), so "no body twice in
     the log" checks the store, not the client. ``acked`` maps each SEND_OK body to
     (monotonic ms of the answer, the store host and physical offset of its offset msg id);
-    ``received`` counts
+    ``sent_at`` maps every body to the monotonic ms its send began; ``received`` counts
     what the consumer polled.
     """
 
@@ -217,6 +233,7 @@ class Workload:
         self.consume = consume
         self.acked: dict[str, tuple[float, str, int]] = {}
         self.failed: dict[str, str] = {}
+        self.sent_at: dict[str, float] = {}
         self.received: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="failover-workload",
@@ -263,6 +280,7 @@ class Workload:
             while True:
                 body = f"l{lane}-{index}"
                 index += 1
+                self.sent_at[body] = monotonic_ms()
                 try:
                     result = await producer.send(Message(TOPIC, body.encode()))
                 except Exception as e:  # refused or unreachable: not acknowledged
