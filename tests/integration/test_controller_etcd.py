@@ -8,6 +8,7 @@ leases as liveness, compare-and-set elections and the election history.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import subprocess
@@ -117,8 +118,25 @@ def test_the_controller_elects_the_freshest_member_when_the_master_lease_ends(
             await store.claim_cluster("C")
             leases = {b: await store.grant_lease(LEASE_TTL_S) for b in (1, 2, 3, 4)}
             offsets = {1: 5000, 2: 4000, 3: 4500, 4: 9000}  # 4 is outside the set
-            for broker_id, offset in offsets.items():
-                await store.put_report("g", _report(broker_id, offset), leases[broker_id])
+            master_alive = asyncio.Event()
+            master_alive.set()
+
+            # Every lease is renewed from the start, the master's until its process is gone
+            # (granted and left alone, 2 s leases ran out on a busy machine before the test
+            # got to its checks), and replicas 2-4 keep reporting.
+            async def keep_reporting() -> None:
+                while True:
+                    if master_alive.is_set():
+                        with contextlib.suppress(ControllerUnavailable):
+                            await store.keep_alive(leases[1])
+                    for broker_id in (2, 3, 4):
+                        await store.keep_alive(leases[broker_id])
+                        await store.put_report("g", _report(broker_id, offsets[broker_id]),
+                                               leases[broker_id])
+                    await asyncio.sleep(0.2)
+
+            reporter = asyncio.get_running_loop().create_task(keep_reporting())
+            await store.put_report("g", _report(1, offsets[1]), leases[1])
             state = GroupState("g", 1, 1, "127.0.0.1:1001", "127.0.0.1:2001", leases[1],
                                frozenset({1, 2, 3}))
             assert await store.put_state(state, 0)
@@ -126,18 +144,12 @@ def test_the_controller_elects_the_freshest_member_when_the_master_lease_ends(
                                                                   report_wait_s=5.0))
             service.start()
             try:
-                # Replicas 2-4 keep their leases and keep reporting; the master stops.
-                async def keep_reporting() -> None:
-                    while True:
-                        for broker_id in (2, 3, 4):
-                            await store.keep_alive(leases[broker_id])
-                            await store.put_report("g", _report(broker_id, offsets[broker_id]),
-                                                   leases[broker_id])
-                        await asyncio.sleep(0.2)
-
-                reporter = asyncio.get_running_loop().create_task(keep_reporting())
+                async with asyncio.timeout(30):  # every replica reported under its lease
+                    while len((await store.read_group("g")).replicas) < 4:
+                        await asyncio.sleep(0.05)
                 await asyncio.sleep(0.5)
                 assert (await store.read_group("g")).state.master_epoch == 1  # alive: no vote
+                master_alive.clear()
                 await store.revoke(leases[1])  # the master's process is gone
                 async with asyncio.timeout(30):
                     while (await store.read_group("g")).state.master_epoch == 1:
