@@ -371,11 +371,13 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
         threads_before = {name: thread_table(pid) for name, pid in watched.items()}
         counts_before = {name: process_counts(pid) for name, pid in watched.items()}
         producer_started = time.monotonic()
-        producer = subprocess.run(
+        summary_path = os.path.join(work_dir, f"producer_{topic}.json")
+        subprocess.run(
             [*me, "--role", "producer", "--rate", str(rate), "--seconds", str(seconds),
-             "--concurrency", str(concurrency)],
+             "--concurrency", str(concurrency), "--out", summary_path],
             check=True, capture_output=True, text=True, timeout=seconds + 120)
-        sent = json.loads(producer.stdout.strip().splitlines()[-1])
+        with open(summary_path) as summary:
+            sent = json.load(summary)
         producer_s = time.monotonic() - producer_started
         thread_rows = {name: thread_costs(threads_before[name], thread_table(pid), producer_s)
                        for name, pid in watched.items()}
@@ -629,7 +631,11 @@ def main() -> int:
         from tidemq.remoting.loop import run as run_on_loop
 
         if args.role == "producer":
-            print(json.dumps(run_on_loop(_produce(args))))
+            summary = json.dumps(run_on_loop(_produce(args)))
+            # A file, not stdout: the summary can pass 64 KiB (a loaded run's loop lags), and
+            # a pipe's write was seen cut at 65,536 bytes (stdout left non-blocking).
+            with open(args.out, "w") as out:
+                out.write(summary)
         else:
             run_on_loop(_consume(args))
         return 0
