@@ -28,6 +28,7 @@ import time
 from tidemq.store.consume_queue import ConsumeQueue, pack_entries
 
 SEGMENT = 6_000_000
+LATER_QUEUES = 16  # these get the 4,000 later entries; the disk held is read from the rest
 
 
 def run(whole: bool, queues: int, base: str | None) -> tuple[float, float, float, float]:
@@ -47,12 +48,12 @@ def run(whole: bool, queues: int, base: str | None) -> tuple[float, float, float
         new_cpu = (time.process_time() - cpu) / queues * 1e6
         wall = time.perf_counter()
         for offset in range(1, 4000):
-            for queue in made[:16]:
+            for queue in made[:LATER_QUEUES]:
                 queue.ensure_room(1)
                 queue.put(offset, entry, 0)
-        later = (time.perf_counter() - wall) / (3999 * 16) * 1e6
+        later = (time.perf_counter() - wall) / (3999 * LATER_QUEUES) * 1e6
         held = statistics.mean(
-            os.stat(queue.segments()[0].path).st_blocks * 512 for queue in made[16:]
+            os.stat(queue.segments()[0].path).st_blocks * 512 for queue in made[LATER_QUEUES:]
         )
         for queue in made:
             queue.close()
@@ -67,6 +68,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
+    if args.queues <= LATER_QUEUES:
+        parser.error(f"--queues {args.queues} is too few: the first {LATER_QUEUES} get later "
+                     "entries and the disk a new queue holds is read from the others; give "
+                     f"--queues {LATER_QUEUES + 1} or more")
     print(f"queue_file_bench: {args.queues} new queues, {SEGMENT}-byte segments; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     results: dict[str, list[tuple[float, float, float, float]]] = {"whole": [], "chunks": []}
