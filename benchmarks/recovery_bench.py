@@ -1,9 +1,11 @@
 """Store start-up time: recovery after SIGKILL (CRC included) and a clean start (issue 13).
 
     .venv/bin/python benchmarks/recovery_bench.py [--gib 4] [--size 1024] [--runs 3] [--dir D]
+        [--segment-mib 1024]
 
-Writes a store of ``--gib`` GiB of ``--size``-byte messages (1 GiB segments, the default
-layout, 8 queues, one key each) once, closes it cleanly, then opens it repeatedly:
+Writes a store of ``--gib`` GiB of ``--size``-byte messages (``--segment-mib`` MiB segments:
+1 GiB, the default layout, unless told; 8 queues, one key each) once, closes it cleanly, then
+opens it repeatedly:
 
 - ``clean``: as left by the clean close (no full-log scan: the last three segments and the
   consume-queue consistency check);
@@ -33,11 +35,19 @@ from tidemq.store.interface import StoreMessage
 
 BATCH = 256
 QUEUES = 8
+DEFAULT_SEGMENT_BYTES = StoreConfig().mapped_file_size_commit_log
 
 
-def write_store(root: str, gib: float, size: int) -> tuple[int, int]:
+def store_config(root: str, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> StoreConfig:
+    """The store's settings for this bench: defaults but the segment size, no warming."""
+    return StoreConfig(store_path_root_dir=root, warm_mapped_file_enable=False,
+                       mapped_file_size_commit_log=segment_bytes)
+
+
+def write_store(root: str, gib: float, size: int,
+                segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> tuple[int, int]:
     """Fill a store with ``gib`` GiB of messages; return (log bytes, messages)."""
-    config = StoreConfig(store_path_root_dir=root, warm_mapped_file_enable=False)
+    config = store_config(root, segment_bytes)
     target = int(gib * (1 << 30))
     body = b"r" * size
     count = 0
@@ -55,7 +65,8 @@ def write_store(root: str, gib: float, size: int) -> tuple[int, int]:
     return end, count
 
 
-def open_once(root: str, mode: str) -> tuple[float, float, int]:
+def open_once(root: str, mode: str,
+              segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> tuple[float, float, int]:
     """(open seconds, commit-log scan seconds, bytes scanned) of one open in ``mode``."""
     if mode != "clean":
         with open(os.path.join(root, "abort"), "wb"):
@@ -64,7 +75,7 @@ def open_once(root: str, mode: str) -> tuple[float, float, int]:
         with open(os.path.join(root, "checkpoint"), "r+b") as f:
             f.write(bytes(24))
     started = time.perf_counter()
-    store = FileMessageStore(StoreConfig(store_path_root_dir=root, warm_mapped_file_enable=False))
+    store = FileMessageStore(store_config(root, segment_bytes))
     elapsed = time.perf_counter() - started
     report = store.recovery_report
     scanned = report.commit_log_end - report.scan_start
@@ -81,24 +92,29 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--reuse", default=None, help="open this store instead of writing one")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--segment-mib", type=int, default=DEFAULT_SEGMENT_BYTES >> 20,
+                        help="commit-log segment size in MiB (a tiny store opens in seconds "
+                        "with small segments; figures are taken with the default)")
     args = parser.parse_args()
+    segment_bytes = args.segment_mib << 20
     root = args.reuse or tempfile.mkdtemp(prefix="tidemq-recovery-", dir=args.dir)
     try:
         started = time.perf_counter()
         if args.reuse:
-            with FileMessageStore(StoreConfig(store_path_root_dir=root)) as store:
+            with FileMessageStore(store_config(root, segment_bytes)) as store:
                 log_bytes, messages = store.commit_log_max_offset(), 0
         else:
-            log_bytes, messages = write_store(root, args.gib, args.size)
+            log_bytes, messages = write_store(root, args.gib, args.size, segment_bytes)
         written_s = time.perf_counter() - started
         load = os.getloadavg()
         print(f"recovery_bench: {log_bytes / (1 << 30):.2f} GiB log, {messages} messages of "
-              f"{args.size} B, 1 GiB segments, {QUEUES} queues, written in {written_s:.0f} s; "
+              f"{args.size} B, {args.segment_mib} MiB segments, {QUEUES} queues, "
+              f"written in {written_s:.0f} s; "
               f"{os.cpu_count()} CPUs, load average {load[0]:.1f}")
         results: dict[str, list[tuple[float, float, int]]] = {}
         for _ in range(args.runs):
             for mode in ("clean", "crash (checkpoint)", "crash (whole log)"):
-                results.setdefault(mode, []).append(open_once(root, mode))
+                results.setdefault(mode, []).append(open_once(root, mode, segment_bytes))
         summary = {}
         for mode, runs in results.items():
             times = [run[0] for run in runs]
