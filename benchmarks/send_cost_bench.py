@@ -225,8 +225,12 @@ def main() -> int:
                 done = subprocess.run(
                     [sys.executable, os.path.abspath(__file__), "--sends", str(args.sends),
                      *child],
-                    env={**os.environ, "PYTHONPATH": src}, check=True, capture_output=True,
-                    text=True, timeout=600)
+                    env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True,
+                    timeout=600)
+                if done.returncode:  # its traceback, not only "exit status 1"
+                    sys.stderr.write(done.stderr)
+                    raise SystemExit(f"send_cost_bench: variant {name} ({src}) exited "
+                                     f"{done.returncode}; its output is above")
                 cost = json.loads(done.stdout.strip().splitlines()[-1])["us_per_send"]
                 costs[name].append(cost)
                 if not args.json:
