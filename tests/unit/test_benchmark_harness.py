@@ -115,8 +115,10 @@ def test_queue_file_bench_refuses_too_few_queues(tmp_path):
 def test_truncate_bench_cuts_the_tail(tmp_path):
     out = run_harness("truncate_bench.py", "--messages", "200", "--tail", "5", "--rounds", "1",
                       "--dir", str(tmp_path)).stdout
+    # The harness itself checks each cut removed exactly --tail records (exit 0 says so);
+    # the time is printed to the millisecond, which a quiet machine's cut may not reach.
     figure = re.search(r"200 messages .* cut 5 records: .* median ([\d.]+) s", out)
-    assert figure and float(figure[1]) > 0, out
+    assert figure and float(figure[1]) >= 0, out
 
 
 def test_recovery_bench_opens_in_every_mode(tmp_path):
