@@ -337,12 +337,7 @@ class RequestDispatcher:
             try:
                 response = route.handler(request, connection)
             except Exception as exc:
-                log.exception(
-                    "handler for %s from %s failed", request.describe(),
-                    connection.remote_address,
-                )
-                response = RemotingCommand(ResponseCode.SYSTEM_ERROR,
-                                           remark=describe_exception(exc))
+                response = _handler_failed(request, connection, exc)
             if response is not None and type(response) is not RemotingCommand:
                 done = False
                 if isinstance(response, LaterResponse):
@@ -552,10 +547,7 @@ async def _serve(route: _Route, request: RemotingCommand, connection: Connection
                 awaitable = route.handler(request, connection)  # type: ignore[assignment]
             response = await awaitable  # type: ignore[misc]
         except Exception as exc:
-            log.exception(
-                "handler for %s from %s failed", request.describe(), connection.remote_address
-            )
-            response = RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=describe_exception(exc))
+            response = _handler_failed(request, connection, exc)
         if isinstance(response, LaterResponse):
             later = True
             response.on_resolved(partial(_finish_later, route, request, connection, observer,
@@ -605,6 +597,13 @@ async def _serve_group(
         _group_done(route, connection, len(requests))
         raise
     _answer_group(route, requests, responses, connection, observer, flush, started)
+
+
+def _handler_failed(request: RemotingCommand, connection: Connection,
+                    exc: Exception) -> RemotingCommand:
+    """Log a handler's unexpected exception; the SYSTEM_ERROR answer naming it."""
+    log.exception("handler for %s from %s failed", request.describe(), connection.remote_address)
+    return RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=describe_exception(exc))
 
 
 def _counted(responses: list[RemotingCommand | LaterResponse | None],
