@@ -36,7 +36,7 @@ from tidemq.store.mapped_file_queue import MappedFileQueue
 from tidemq.store.record_check import (
     RecordKind,
     dispatch_fields,
-    find_next_record,
+    find_next_record_in,
     inspect_record,
 )
 
@@ -204,7 +204,9 @@ def _check_segment(
             return size
         if mapped.data_end(position) <= position:
             return end  # zeros to the segment's end
-        resumed = find_next_record(mapped.find, buffer, position + 1, size, base)
+        resumed = find_next_record_in(mapped.find, buffer,
+                                      mapped.data_ranges(position + 1, size), position + 1,
+                                      base)
         if resumed is None:
             return end  # the caller reports the bytes after the last valid record
         report.add(

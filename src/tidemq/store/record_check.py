@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tidemq.protocol.message import (
@@ -221,6 +221,24 @@ def find_next_record(
         if inspection.kind is RecordKind.RECORD:
             return candidate
         search_from = hit + 1
+
+
+def find_next_record_in(
+    mapped_find: Callable[[bytes, int, int], int],
+    buffer: memoryview | bytes,
+    ranges: Iterable[tuple[int, int]],
+    start: int,
+    base_offset: int,
+) -> int | None:
+    """``find_next_record`` from ``start`` within ``ranges`` only (the segment's data ranges,
+    ``MappedFile.data_ranges``): a valid record lies wholly in the bytes written, so the
+    ranges never written (zeros) are not searched."""
+    for range_start, range_end in ranges:
+        found = find_next_record(mapped_find, buffer, max(start, range_start), range_end,
+                                 base_offset)
+        if found is not None:
+            return found
+    return None
 
 
 def dispatch_fields(buffer: memoryview | bytes, position: int) -> DispatchFields:

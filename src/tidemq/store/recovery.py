@@ -51,7 +51,7 @@ from tidemq.store.mapped_file import MappedFile
 from tidemq.store.record_check import (
     RecordKind,
     dispatch_fields,
-    find_next_record,
+    find_next_record_in,
     inspect_record,
     queue_key,
     read_store_timestamp,
@@ -291,8 +291,11 @@ def _scan_segment(
             break
         # Not a record: the end of the log, a torn tail, or damage in the middle.
         reason = inspection.problem or "zeros where a record or an end-of-file marker should be"
-        # mmap.find for the magic: one C pass, no copy (an empty segment's tail is most of it).
-        resumed = find_next_record(mapped.find, buffer, position + 1, file_size, base)
+        # mmap.find for the magic over the bytes ever written (the never-written rest of the
+        # segment, most of it at the log's end, is neither searched nor faulted in).
+        resumed = find_next_record_in(mapped.find, buffer,
+                                      mapped.data_ranges(position + 1, file_size),
+                                      position + 1, base)
         if resumed is not None:
             damaged.append(DamagedRange(base + position, base + resumed, mapped.describe(),
                                         reason))

@@ -107,3 +107,33 @@ def test_a_hole_in_the_segment_list_is_reported(tmp_path):
         queue.check_contiguous()
     assert file_name(2 * SIZE) in str(raised.value)
     queue.close()
+
+
+def test_data_ranges_hold_every_written_byte_and_data_end_finds_the_last(tmp_path):
+    # Written through the mapping at both ends of a 4 MiB segment, the middle never written:
+    # whatever the file system reports as data, every written byte is inside a range, and
+    # data_end and a record search over the ranges see what a whole scan would.
+    size = 4 << 20
+    mapped = MappedFile.create(str(tmp_path), 0, size)
+    mapped.buffer[10:13] = b"abc"
+    mapped.buffer[size - 5000 : size - 4990] = b"z" * 10
+    ranges = mapped.data_ranges(0, size)
+    assert ranges == sorted(ranges)
+    for position in (10, 12, size - 5000, size - 4991):
+        assert any(start <= position < end for start, end in ranges), (position, ranges)
+    assert all(0 <= start < end <= size for start, end in ranges)
+    assert mapped.data_end(0) == size - 4990
+    assert mapped.data_end(0, size - 6000) == 13
+    assert mapped.data_end(13, size - 6000) == 13  # all zero there
+    assert mapped.data_end(11) == size - 4990
+    assert mapped.data_ranges(5, 5) == []
+    mapped.close()
+
+
+def test_data_ranges_of_an_in_memory_segment_are_the_whole_span():
+    mapped = MappedFileQueue(None, SIZE)
+    segment = mapped.create_file(0)
+    assert segment.data_ranges(100, SIZE) == [(100, SIZE)]
+    segment.buffer[4000:4002] = b"hi"
+    assert segment.data_end(0) == 4002
+    mapped.close()
