@@ -330,6 +330,8 @@ def _encode_json_header(command: RemotingCommand) -> bytes:
     # in one dict (about 0.5 us, where checking and converting each field in Python cost three
     # times that); anything else takes the careful encoder, which converts or names the problem.
     code, flag, opaque, version = command.code, command.flag, command.opaque, command.version
+    if type(code) is not int and isinstance(code, int):
+        code = int(code)  # a RequestCode or ResponseCode member: its number, as Java writes it
     language = _LANGUAGE_NAMES.get(command.language)
     if (
         language is None

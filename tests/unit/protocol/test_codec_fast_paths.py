@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidemq.errors import HeaderFieldError, LocalProtocolError, RemoteProtocolError
+from tidemq.protocol import command as command_module
 from tidemq.protocol import headers
 from tidemq.protocol.codes import LanguageCode, RequestCode, SerializeType
 from tidemq.protocol.command import RemotingCommand, decode_command, decode_frame_view
@@ -256,6 +257,23 @@ def test_json_header_is_encoded_as_fastjson_writes_it(command, body):
     assert frame == struct.pack(">ii", 4 + len(expected) + len(body or b""), len(expected)) + (
         expected + (body or b"")
     )
+
+
+def test_json_header_of_a_code_enum_member_takes_the_fast_path_as_its_number(monkeypatch):
+    # A RequestCode member where an int is expected wrote the same bytes through the careful
+    # encoder, about 1 us more per request (every pull of a consumer, once).
+    fields = {"topic": "T", "queueId": "0"}
+    by_number = RemotingCommand(code=int(RequestCode.PULL_MESSAGE), opaque=7,
+                                ext_fields=dict(fields)).encode()
+
+    def refuse(command):
+        raise AssertionError(f"{command.describe()} took the careful encoder")
+
+    monkeypatch.setattr(command_module, "_encode_json_header_checked", refuse)
+    by_member = RemotingCommand(code=RequestCode.PULL_MESSAGE, opaque=7,
+                                ext_fields=dict(fields)).encode()
+    assert by_member == by_number
+    assert b'"code":11' in by_member
 
 
 @pytest.mark.parametrize(
