@@ -347,11 +347,7 @@ class RequestDispatcher:
                     self._spawn(_serve(route, request, connection, observer, response,
                                        started), connection)
                 return
-            if response is not None:
-                _answer(request, response, connection)
-            if observer is not None:
-                observer(request.code, NO_RESPONSE if response is None else response.code,
-                         time.perf_counter() - started, 1)
+            _answer_observed(request, response, connection, observer, started)
         finally:
             if done:
                 route.pending -= 1
@@ -553,15 +549,22 @@ async def _serve(route: _Route, request: RemotingCommand, connection: Connection
             response.on_resolved(partial(_finish_later, route, request, connection, observer,
                                      started))
             return
-        if response is not None:
-            _answer(request, response, connection)
-        if observer is not None:
-            observer(request.code, NO_RESPONSE if response is None else response.code,
-                     time.perf_counter() - started, 1)
+        _answer_observed(request, response, connection, observer, started)
     finally:
         if not later:
             route.pending -= 1
             connection._request_done()
+
+
+def _answer_observed(request: RemotingCommand, response: RemotingCommand | None,
+                     connection: Connection, observer: RequestObserver | None,
+                     started: float) -> None:
+    """Write ``response`` (None: nothing to write) and tell the observer how it went."""
+    if response is not None:
+        _answer(request, response, connection)
+    if observer is not None:
+        observer(request.code, NO_RESPONSE if response is None else response.code,
+                 time.perf_counter() - started, 1)
 
 
 def _finish_later(route: _Route, request: RemotingCommand, connection: Connection,
@@ -569,9 +572,7 @@ def _finish_later(route: _Route, request: RemotingCommand, connection: Connectio
                   response: RemotingCommand) -> None:
     """What ``_serve`` does after its handler, for a ``LaterResponse`` resolved."""
     try:
-        _answer(request, response, connection)
-        if observer is not None:
-            observer(request.code, response.code, time.perf_counter() - started, 1)
+        _answer_observed(request, response, connection, observer, started)
     finally:
         route.pending -= 1
         connection._request_done()
