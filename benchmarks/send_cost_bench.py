@@ -1,7 +1,7 @@
 """CPU per single send in the producer or the broker, the network taken out, tree against tree:
 
     .venv/bin/python benchmarks/send_cost_bench.py [--side producer|broker] [--sends 20000]
-        [--runs 3] [--variant NAME=SRC ...] [--json]
+        [--runs 3] [--variant NAME=SRC ...] [--json] [--window 0]   (--side producer)
         [--per-read 32] [--pause-ms 0] [--dispatcher]     (--side broker)
 
 At 20,000 single sends a second the producer process spends ~25 us of CPU per message, and
@@ -25,7 +25,12 @@ the broker's code and data are cold when it is served, as at low rates. It start
 (``NAME=SRC``: ``.`` for this checkout or another tree's ``src/``, e.g. ``git archive <commit>
 src | tar -x -C /tmp/before`` then ``before=/tmp/before/src``) in its own process, alternating
 the variants run by run; each process times ``--sends`` sends five times (``time.thread_time``)
-and reports the median. Printed: microseconds per send per run, and the median over runs.
+and reports the median. ``--window N`` (producer side) keeps N sends in flight through the
+producer's real broker connection instead of the canned answer: the socket is replaced by a
+transport that answers every write (a loop iteration's corked frames) in the next iteration
+with one read of SEND answers, so the cork, the frame decode, the futures and the task
+wake-ups of a window of concurrent sends are measured too (what latency_bench's 64 senders
+at 20,000 msg/s pay); the fake broker's own time is left out. Printed: microseconds per send per run, and the median over runs.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from broker_bench import DevServer
 
@@ -49,13 +55,15 @@ WARM_UP_SENDS = 2000
 REPEATS = 5
 
 
-async def _child(namesrv: str, sends: int) -> float:
+async def _child(namesrv: str, sends: int, window: int = 0) -> float:
     from tidemq import Message, Producer
     from tidemq.protocol.command import RemotingCommand
     from tidemq.protocol.frame import FrameDecoder
 
     async with Producer("SEND_COST_P", namesrv) as producer:
         await producer.send(Message(TOPIC, BODY))
+        if window:
+            return await _window_cost(producer, sends, window)
         decoder = FrameDecoder()
         answers: dict[str, bytes] = {}
 
@@ -81,6 +89,95 @@ async def _child(namesrv: str, sends: int) -> float:
                 await producer.send(Message(TOPIC, BODY))
             costs.append((time.thread_time() - started) / sends * 1e6)
         return statistics.median(costs)
+
+
+class _AnsweringTransport:
+    """Stands in for the producer's socket to the broker (``--window``): whatever one
+    ``writelines`` carries (the cork's frames of one loop iteration) is answered, in the next
+    loop iteration, by one ``data_received`` holding a SEND answer per request, as a broker
+    answering a read would. The time it spends making the answers is its own (``spent_s``),
+    so the caller can leave it out of the producer's."""
+
+    def __init__(self, connection: Any) -> None:
+        import orjson
+
+        self._loads = orjson.loads
+        self._connection = connection
+        self._loop = connection.loop
+        self._answers: dict[str, bytes] = {}  # queue id -> the answer's frame, opaque 0
+        self.spent_s = 0.0
+
+    def writelines(self, parts: list) -> None:
+        started = time.thread_time()
+        frames = []
+        body_next = False
+        for part in parts:
+            if body_next:  # the body of the frame before
+                body_next = False
+                continue
+            body_next = int.from_bytes(part[:4], "big") + 4 > len(part)
+            header = self._loads(part[8:])
+            fields = header.get("extFields") or {}
+            frames.append(self._answer(fields.get("e", "0"), header["opaque"]))
+        self._loop.call_soon(self._deliver, b"".join(frames))
+        self.spent_s += time.thread_time() - started
+
+    def _deliver(self, data: bytes) -> None:
+        self._connection.data_received(data)
+
+    def _answer(self, queue_id: str, opaque: int) -> bytes:
+        from tidemq.protocol.command import RemotingCommand
+
+        return RemotingCommand(0, opaque, 1, None, {
+            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true",
+            "msgId": "7F00000100002A9F0000000000ABCDEF", "queueId": queue_id,
+            "queueOffset": "123456"}).encode()
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+async def _window_cost(producer: Any, sends: int, window: int) -> float:
+    """``--window``: ``window`` coroutines sending one after another through the producer's
+    real connection (cork, frame decode, futures, task wake-ups), its socket replaced by an
+    ``_AnsweringTransport``; the producer's thread time per send, the fake broker's left out."""
+
+    queue = (await producer.queues(TOPIC))[0]
+    address = producer._instance.master_address(queue.broker_name)
+    connection = producer._instance.remoting.connections[address]
+    transport = _AnsweringTransport(connection)
+    socket_transport, connection._transport = connection._transport, transport
+    try:
+        return await _window_runs(producer, sends, window, transport)
+    finally:
+        connection._transport = socket_transport
+
+
+async def _window_runs(producer: Any, sends: int, window: int,
+                       transport: _AnsweringTransport) -> float:
+    from tidemq import Message
+
+    async def run(count: int) -> None:
+        left = [count]
+
+        async def sender() -> None:
+            while left[0] > 0:
+                left[0] -= 1
+                await producer.send(Message(TOPIC, BODY))
+
+        await asyncio.gather(*(sender() for _ in range(window)))
+
+    await run(WARM_UP_SENDS)
+    costs = []
+    for _ in range(REPEATS):
+        transport.spent_s = 0.0
+        started = time.thread_time()
+        await run(sends)
+        costs.append((time.thread_time() - started - transport.spent_s) / sends * 1e6)
+    return statistics.median(costs)
 
 
 SENDS_PER_READ = 32
@@ -190,6 +287,11 @@ def main() -> int:
     parser.add_argument("--dispatcher", action="store_true",
                         help="--side broker: serve each read through the remoting dispatcher "
                         "(a task per group, or in place, as the server registers the sends)")
+    parser.add_argument("--window", type=int, default=0,
+                        help="--side producer: this many sends in flight through the real "
+                        "connection (cork, frame decode, futures, task wake-ups), its socket "
+                        "answering each write in the next loop iteration, instead of a canned "
+                        "answer returned in place (0)")
     parser.add_argument("--child-namesrv", help=argparse.SUPPRESS)
     parser.add_argument("--child-store", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -197,7 +299,7 @@ def main() -> int:
         # On tidemq's loop (uvloop where installed), as servers, clients and latency_bench run.
         from tidemq.remoting.loop import run
 
-        cost = (run(_child(args.child_namesrv, args.sends)) if args.child_namesrv
+        cost = (run(_child(args.child_namesrv, args.sends, args.window)) if args.child_namesrv
                 else run(_broker_child(args.child_store, args.sends, args.per_read,
                                        args.pause_ms, args.dispatcher)))
         print(json.dumps({"us_per_send": cost}))
@@ -216,7 +318,7 @@ def main() -> int:
             order = variants[run % len(variants):] + variants[:run % len(variants)]
             for name, src in order:
                 if server is not None:
-                    child = ["--child-namesrv", server.namesrv]
+                    child = ["--child-namesrv", server.namesrv, "--window", str(args.window)]
                 else:
                     store = os.path.join(work_dir, f"store-{run}-{name}")
                     child = ["--child-store", store, "--per-read", str(args.per_read),

@@ -63,6 +63,7 @@ import asyncio
 import collections
 import enum
 import logging
+import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -117,6 +118,9 @@ MAX_POLL_RECORDS = 1024  # messages one poll() returns at most
 AUTO_COMMIT_INTERVAL_MS = 5000  # persistConsumerOffsetInterval
 REBALANCE_INTERVAL_MS = 20_000  # rocketmq.client.rebalance.waitInterval
 _MIB = 1024 * 1024
+# The poll timer may fire this much before a deadline (uvloop keeps timers in whole
+# milliseconds): a poll due then is woken, or the timer would be set again for the same instant.
+_POLL_TIMER_SLACK_S = 0.001
 CONSUME_TIMESTAMP_AGO_MS = 30 * 60 * 1000  # consumeTimestamp default: half an hour ago
 # Back-off after a failed pull: RocketMQ waits 3 s after a broker error; a transport error
 # (broker restarting) is retried a little sooner.
@@ -361,10 +365,15 @@ class PullConsumer(ClientLifecycle):
         self._states: dict[MessageQueue, _QueueState] = {}
         self._buffer: collections.deque[_Batch] = collections.deque()
         self._buffered = 0
-        # poll() calls waiting for the first buffered message (a future each, woken by
-        # _take_result or by their own timer): an Event under asyncio.timeout cost twice as
-        # much, and a consumer keeping up at 20,000 msg/s waits once per pull answer.
-        self._poll_waiters: list[asyncio.Future[None]] = []
+        # poll() calls waiting for the first buffered message, each a future and its
+        # deadline (an Event under asyncio.timeout cost twice as much, and a consumer
+        # keeping up waits once per pull answer), woken by _take_result or by the one poll
+        # timer, due at the earliest deadline it knows of: a uvloop timer started and
+        # cancelled per poll cost ~2.4 us hot, and polls that keep getting messages never
+        # reach their deadline, so the timer fires about once per poll timeout.
+        self._poll_waiters: dict[asyncio.Future[None], float] = {}
+        self._poll_timer: asyncio.TimerHandle | None = None
+        self._poll_timer_at = math.inf
         self._space_freed: asyncio.Event | None = None
         self._commits = _Commits()
         self._tasks: list[asyncio.Task[None]] = []
@@ -553,14 +562,35 @@ class PullConsumer(ClientLifecycle):
             if deadline <= loop.time():
                 return []
             waiter = loop.create_future()
-            self._poll_waiters.append(waiter)
-            timer = loop.call_at(deadline, _wake_waiter, waiter)
+            self._poll_waiters[waiter] = deadline
+            if deadline < self._poll_timer_at:
+                self._schedule_poll_timer(loop, deadline)
             try:
                 await waiter
             finally:
-                timer.cancel()
-                if waiter in self._poll_waiters:  # woken by its timer, or cancelled
-                    self._poll_waiters.remove(waiter)
+                # Still there when cancelled; the timer finds nothing of it when it fires.
+                self._poll_waiters.pop(waiter, None)
+
+    def _schedule_poll_timer(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
+        self._poll_timer_at = at
+        self._poll_timer = loop.call_at(at, self._poll_timer_fired, loop)
+
+    def _poll_timer_fired(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wake the polls past their deadline; wait again for the earliest one left."""
+        self._poll_timer = None
+        self._poll_timer_at = math.inf
+        due_by = loop.time() + _POLL_TIMER_SLACK_S
+        next_at = math.inf
+        for waiter, deadline in list(self._poll_waiters.items()):
+            if deadline <= due_by:
+                del self._poll_waiters[waiter]
+                _wake_waiter(waiter)
+            elif deadline < next_at:
+                next_at = deadline
+        if next_at != math.inf:
+            self._schedule_poll_timer(loop, next_at)
 
     def _drain(self, limit: int) -> list[MessageExt]:
         out: list[MessageExt] = []
@@ -829,7 +859,7 @@ class PullConsumer(ClientLifecycle):
             state.buffered += len(messages)
             self._buffered += len(messages)
         if self._poll_waiters:
-            waiters, self._poll_waiters = self._poll_waiters, []
+            waiters, self._poll_waiters = self._poll_waiters, {}
             for waiter in waiters:
                 _wake_waiter(waiter)
 

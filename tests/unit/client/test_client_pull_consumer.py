@@ -247,6 +247,42 @@ def test_poll_waits_for_a_message_that_arrives_later(run):
     run(main())
 
 
+def test_each_poll_times_out_on_its_own_deadline(run):
+    # The polls of a consumer share one timer, due at the earliest deadline: a short poll
+    # after a long one must not wait for the long one's, and a poll whose deadline falls
+    # after an answered poll's still times out (the timer moves on to it).
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            broker = cluster.brokers[0]
+            async with consumer_for(cluster, consume_from="LAST") as consumer:
+                queue = MessageQueue("T", "broker-a", 0)
+                consumer.assign([queue])
+                long_poll = asyncio.ensure_future(consumer.poll(30_000))
+                for _ in range(400):
+                    if consumer.position(queue) is not None:
+                        break
+                    await asyncio.sleep(0.05)
+                assert await asyncio.wait_for(consumer.poll(100), 20) == []
+                assert not long_poll.done()
+                fill(broker, "T", 0, 1)
+                assert [m.body for m in await asyncio.wait_for(long_poll, 20)] == [b"0:0"]
+
+                answered = asyncio.ensure_future(consumer.poll(300))
+                later = asyncio.ensure_future(consumer.poll(600))
+                await asyncio.sleep(0)  # both wait now, the timer due at the first's deadline
+                fill(broker, "T", 0, 1, start=1)
+                got = await asyncio.wait_for(asyncio.gather(answered, later), 20)
+                assert sorted(len(messages) for messages in got) == [0, 1]
+                # A cancelled poll leaves nothing behind for the timer to wake.
+                cancelled = asyncio.ensure_future(consumer.poll(30_000))
+                await asyncio.sleep(0)
+                cancelled.cancel()
+                assert await asyncio.wait_for(consumer.poll(50), 20) == []
+
+    run(main())
+
+
 def test_group_members_share_the_queues_without_overlap(run):
     async def main():
         async with FakeCluster(2) as cluster:
