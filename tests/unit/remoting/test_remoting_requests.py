@@ -509,3 +509,40 @@ def test_request_nowait_hands_the_answer_timeout_or_close_to_its_receiver_once(r
     [closed] = cut_off.outcomes
     assert isinstance(closed, RemotingClosed)
     assert not sent and not refused.outcomes
+
+
+@pytest.mark.parametrize(("body_bytes", "writes_expected"), [(70 * 1024, 3), (1024, 1)])
+def test_a_large_request_leaves_at_once_while_small_ones_share_a_write(
+    run, monkeypatch, body_bytes, writes_expected
+):
+    # Three requests written in one loop iteration: large ones (a producer's batch, ~66 KiB)
+    # each leave as soon as written, so the peer can work on the first while the next is
+    # encoded; small ones leave together at the end of the iteration, in one write.
+    writes: list[tuple[Connection, int]] = []
+    flush = Connection._flush
+
+    def counting_flush(connection: Connection) -> None:
+        if connection._corked is not None:
+            writes.append((connection, len(connection._corked)))
+        flush(connection)
+
+    monkeypatch.setattr(Connection, "_flush", counting_flush)
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            server.register(ECHO, echo)
+            connection = await client.get_connection(address(server))
+            requests = [
+                RemotingCommand.request(ECHO, {"n": str(n)}, body=bytes([n]) * body_bytes)
+                for n in range(3)
+            ]
+            writes.clear()
+            responses = await asyncio.gather(
+                *(client.invoke(address(server), request, 20_000) for request in requests)
+            )
+            return connection, requests, responses
+
+    connection, requests, responses = run(main())
+    assert [response.body for response in responses] == [r.body for r in requests]
+    client_writes = [frames for written_by, frames in writes if written_by is connection]
+    assert len(client_writes) == writes_expected, client_writes
