@@ -16,6 +16,7 @@ from tidemq.protocol.message import (
     encode_record,
 )
 from tidemq.protocol.pulled_records import (
+    SAME_SIZE_RECORDS_MIN,
     PulledMessageExt,
     _decode_same_size,
     decode_pulled_records,
@@ -161,6 +162,15 @@ def test_a_body_of_one_size_decodes_like_record_by_record():
     assert pulled[5].born_timestamp == 1_700_000_000_045
     assert pulled[5].physical_offset == 1_045
     assert pulled[0].topic is pulled[-1].topic  # one topic string for the pull
+
+
+def test_a_short_answer_of_one_size_is_decoded_record_by_record():
+    # Below SAME_SIZE_RECORDS_MIN records the column pass's set-up costs more than it saves.
+    short = b"".join(same_size(offset) for offset in range(SAME_SIZE_RECORDS_MIN - 1))
+    assert _decode_same_size(short, "", []) is None
+    assert decode_pulled_records(short, damaged=[]) == decode_records(short)
+    enough = b"".join(same_size(offset) for offset in range(SAME_SIZE_RECORDS_MIN))
+    assert _decode_same_size(enough, "", []) is not None
 
 
 def test_one_size_records_with_a_damaged_body_set_it_aside_and_keep_the_order():
