@@ -255,6 +255,30 @@ class CommitLog:
         self._appended(store_timestamp)
         return physical_offsets
 
+    def append_one(self, batch: EncodedBatch, queue_offset: int, store_timestamp: int) -> int:
+        """``append`` of a batch of one queued record at QUEUEOFFSET ``queue_offset`` (a
+        lone send); return its physical offset.
+
+        The record patched and written with no per-batch step when it fits the current
+        segment; otherwise (a new segment, a roll) through ``append``, which raises as it
+        says.
+        """
+        last = self.queue.last_file()
+        if last is None or last.reserved_position < last.file_size:
+            return self.append(batch, queue_offset, 1, store_timestamp)[0]
+        buffer = batch.buffer
+        position = last.write_position
+        free = last.file_size - position
+        if len(buffer) != free and len(buffer) + BLANK_MARKER_SIZE > free:
+            return self.append(batch, queue_offset, 1, store_timestamp)[0]
+        physical_offset = last.file_from_offset + position
+        _pack_offsets_into(buffer, POSITION_QUEUE_OFFSET, queue_offset, physical_offset)
+        if store_timestamp != batch.store_timestamp:
+            _pack_int64_into(buffer, batch.store_timestamp_position(0), store_timestamp)
+        self._write(last, buffer)
+        self._appended(store_timestamp)
+        return physical_offset
+
     def append_many(
         self, batches: list[EncodedBatch], queue_offsets: list[int], store_timestamp: int
     ) -> list[list[int]] | None:

@@ -46,6 +46,7 @@ ENTRY_SIZE = 20
 FILLER_SIZE = 0x7FFFFFFF
 ENTRY = struct.Struct(">qiq")
 assert ENTRY.size == ENTRY_SIZE
+_pack_entry = ENTRY.pack
 _FILLER = ENTRY.pack(0, FILLER_SIZE, 0)
 _FILLER_RUN = _FILLER * 1024
 
@@ -143,8 +144,12 @@ class ConsumeQueue:
             StoreFull / StoreError: a segment could not be created or reserved (nothing of
                 the queue changed but spares, which later puts use).
         """
-        end = self.queue.max_offset() + entry_count * ENTRY_SIZE
         last = self.queue.last_file()
+        if last is not None and last.write_position + entry_count * ENTRY_SIZE <= (
+            last.reserved_position
+        ):
+            return  # the common case: they fit the reserved part of the last segment
+        end = self.queue.max_offset() + entry_count * ENTRY_SIZE
         if last is not None and end > last.file_from_offset + last.reserved_position:
             last.reserve(end - last.file_from_offset)
         start = last.file_from_offset + self.file_size if last is not None else 0
@@ -184,6 +189,22 @@ class ConsumeQueue:
             self._jump_to(queue_offset, expected)
         self._write(entries)
         self.last_store_timestamp = store_timestamp
+
+    def put_entry(self, queue_offset: int, physical_offset: int, size: int, tag_code: int,
+                  store_timestamp: int) -> None:
+        """``put`` of one entry (a lone send's): written straight into the last segment
+        when it is the next entry and its room is reserved, else through ``put``."""
+        mapped = self.queue.last_file()
+        if mapped is not None:
+            position = mapped.write_position
+            if (
+                position + ENTRY_SIZE <= mapped.reserved_position
+                and mapped.file_from_offset + position == queue_offset * ENTRY_SIZE
+            ):
+                mapped.write(position, _pack_entry(physical_offset, size, tag_code))
+                self.last_store_timestamp = store_timestamp
+                return
+        self.put(queue_offset, _pack_entry(physical_offset, size, tag_code), store_timestamp)
 
     def _jump_to(self, queue_offset: int, expected: int) -> None:
         # The next entry is not max_offset: the queue is rebuilt from the middle of the log,

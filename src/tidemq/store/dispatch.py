@@ -65,6 +65,12 @@ class Dispatcher(Protocol):
     def dispatch(self, batch: DispatchBatch) -> None:
         """Take in the batch's records (idempotently)."""
 
+    def dispatch_one(self, topic: str, queue_id: int, queue_offset: int, physical_offset: int,
+                     size: int, tag_code: int, keys: Sequence[str] | None,
+                     store_timestamp: int) -> None:
+        """Take in one queued (and so indexed) record: ``dispatch`` of a one-record batch
+        without building it (a lone send's append). ``keys`` None: the index is off."""
+
 
 class KeyIndex(Protocol):
     """The part of the index service dispatch and queries use (IndexService, MemoryIndex)."""
@@ -110,6 +116,13 @@ class ConsumeQueueDispatcher:
         entries = pack_entries(batch.physical_offsets, batch.sizes, batch.tag_codes)
         queue.put(batch.queue_offset, entries, batch.store_timestamp)
 
+    def dispatch_one(self, topic: str, queue_id: int, queue_offset: int, physical_offset: int,
+                     size: int, tag_code: int, keys: Sequence[str] | None,
+                     store_timestamp: int) -> None:
+        """Append one record's entry to its queue (see ``Dispatcher.dispatch_one``)."""
+        self.queues.get_or_create(topic, queue_id).put_entry(
+            queue_offset, physical_offset, size, tag_code, store_timestamp)
+
     def _dispatch_group(self, batch: DispatchBatch) -> None:
         # Split by queue (records keep their order within each), one pack and put per queue.
         columns: dict[int, tuple[int, list[int], list[int], list[int]]] = {}
@@ -141,6 +154,13 @@ class IndexDispatcher:
     def __init__(self, index: KeyIndex) -> None:
         self.index = index
         self._put_columns = getattr(index, "put_columns", None)
+
+    def dispatch_one(self, topic: str, queue_id: int, queue_offset: int, physical_offset: int,
+                     size: int, tag_code: int, keys: Sequence[str] | None,
+                     store_timestamp: int) -> None:
+        """Index one record under its keys (see ``Dispatcher.dispatch_one``)."""
+        if keys:
+            self.index.put(topic, keys, physical_offset, store_timestamp)
 
     def dispatch(self, batch: DispatchBatch) -> None:
         """Index every record of the batch under its keys (records with none are skipped)."""

@@ -220,6 +220,114 @@ def encode_messages(
     )
 
 
+@functools.lru_cache(maxsize=4096)
+def _topic_field_of(topic: str) -> bytes | None:
+    # TOPICLENGTH TOPIC of a topic that passes _check_destination's name checks, or None:
+    # a lone send's topic repeats, so its rules and its encoding are paid once per topic.
+    if topic_name_problem(topic) is not None:
+        return None
+    topic_bytes = topic.encode("utf-8")
+    if len(topic_bytes) > TOPIC_NAME_LENGTH_MAX:
+        return None
+    return bytes((len(topic_bytes),)) + topic_bytes
+
+
+def ipv4_host_packed(address: str) -> tuple[bytes, int] | None:
+    """``"ip:port"`` as ``encode_single`` takes a store host (address bytes, port); None for
+    an IPv6 or malformed address, which ``encode_messages`` handles or refuses."""
+    try:
+        packed_address, port, v6 = _packed_host(address)
+    except Exception:
+        return None
+    return None if v6 else (packed_address, port)
+
+
+def encode_single(
+    message: StoreMessage,
+    store_host: tuple[bytes, int],
+    store_timestamp: int,
+    max_message_size: int,
+    segment_size: int,
+    with_keys: bool,
+) -> EncodedBatch | None:
+    """One message, plain or committed, from and to IPv4 hosts: the record a lone send
+    appends, with the same bytes, tag code and keys as ``encode_messages([message])`` and
+    none of a batch's steps (no per-batch checks, no column or per-message loop).
+
+    Args:
+        store_host: the store's packed IPv4 address and port (``pack_host``).
+        store_timestamp, max_message_size, segment_size, with_keys: as ``encode_messages``.
+
+    Returns:
+        The one-record batch, or None when the message needs ``encode_messages``: a bad
+        topic or queue id, an IPv6 born host, SCHEDULE_TOPIC_XXXX, a half or rollback
+        record, a field or size over a limit (that path then refuses it and names why).
+    """
+    topic = message.topic
+    topic_field = _topic_field_of(topic)
+    queue_id = message.queue_id
+    sysflag = message.sysflag
+    if (
+        topic_field is None
+        or not 0 <= queue_id <= _QUEUE_ID_MAX
+        or sysflag & SYSFLAG_TRANSACTION_MASK not in QUEUED_TRANSACTION_TYPES
+        or topic == SCHEDULE_TOPIC
+    ):
+        return None
+    try:
+        born_address, born_port, born_v6 = _packed_host(message.born_host)
+    except Exception:
+        return None  # encode_messages names the bad address
+    if born_v6:
+        return None
+    properties_map = message.properties
+    properties_text = message.properties_text
+    if properties_text is None:
+        if not properties_map:
+            properties_text = ""
+        else:
+            try:
+                properties_text = PROPERTY_SEPARATOR.join(
+                    map(NAME_VALUE_SEPARATOR.join, properties_map.items()))
+            except TypeError:  # a value that is not a string: rendered as the batch path does
+                return None
+    properties = properties_text.encode("utf-8")
+    properties_length = len(properties)
+    body = message.body
+    body_length = len(body)
+    size = RECORD_PREFIX_SIZE_IPV4 + len(topic_field) + 2 + body_length + properties_length
+    if (
+        properties_length > PROPERTIES_SIZE_MAX
+        or body_length > max_message_size
+        or size > segment_size
+    ):
+        return None
+    try:
+        prefix = _pack_prefix(
+            size, MAGIC_V1, crc32(body) & _BODY_CRC_MASK, queue_id, message.flag, 0, 0,
+            sysflag & _NO_V6_FLAGS, message.born_timestamp, born_address, born_port,
+            store_timestamp, store_host[0], store_host[1], message.reconsume_times,
+            message.prepared_transaction_offset, body_length,
+        )
+        buffer = bytearray().join((prefix, body, topic_field + _pack_int16(properties_length),
+                                   properties))
+    except (struct.error, OverflowError, TypeError):
+        return None
+    tag_code = message.tags_code
+    if tag_code is None:
+        tag_code = _cached_tags_code(properties_map.get(PROPERTY_TAGS))
+    keys: list[list[str]] | None = None
+    if with_keys:
+        unique_key = properties_map.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        # The common send carries a UNIQ_KEY and no KEYS: its keys without a call.
+        if unique_key and PROPERTY_KEYS not in properties_map:
+            keys = [[unique_key]]
+        else:
+            keys = [index_keys(properties_map)]
+    return EncodedBatch(topic, queue_id, sysflag & SYSFLAG_TRANSACTION_MASK, buffer, [size],
+                        store_timestamp, None, [tag_code], keys, None)
+
+
 def _encode_columns(
     messages: Sequence[StoreMessage],
     topic: str,

@@ -81,6 +81,8 @@ from tidemq.store.record_encoder import (
     delivery_tag_code,
     encode_message_batch,
     encode_messages,
+    encode_single,
+    ipv4_host_packed,
 )
 from tidemq.store.replication import CommitLogReplica, read_chunk
 from tidemq.store.retention import RetentionPolicy
@@ -140,6 +142,9 @@ class StoreCore(MessageStore):
         # Every offset msg id of this store shares its host part: render it once
         # (encode_offset_msg_id parses the host on each call) and append the offset in hex.
         self._msg_id_prefix = encode_offset_msg_id(config.store_host, 0)[:-_MSG_ID_OFFSET_DIGITS]
+        # The lone send's encoder takes the store host packed (an IPv4 one: an IPv6 store
+        # host goes the general way).
+        self._store_host_packed = ipv4_host_packed(config.store_host)
         # SYNC_FLUSH (file store): the in-process service or the sync worker's (same methods).
         self._group_commit: GroupCommitService | WorkerGroupCommitService | None = None
         self._closed = False
@@ -158,7 +163,7 @@ class StoreCore(MessageStore):
 
     def put_message(self, message: StoreMessage) -> PutResult:
         """Append one message (see ``MessageStore.put_message``)."""
-        return self._put((message,))
+        return self._put_one(message)
 
     def put_messages(self, messages: list[StoreMessage]) -> PutResult:
         """Append a batch of one queue (see ``MessageStore.put_messages``)."""
@@ -166,6 +171,8 @@ class StoreCore(MessageStore):
 
     def put_message_group(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
         """Append single sends together (see ``MessageStore.put_message_group``)."""
+        if len(messages) == 1:
+            return [self._put_one(messages[0])]
         results: list[PutResult | None] = [None] * len(messages)
         # topic -> (transaction type, positions of the messages to append as one group)
         pending: dict[str, tuple[int, list[int]]] = {}
@@ -207,7 +214,7 @@ class StoreCore(MessageStore):
         """Plain (or all committed) messages of one topic, any queues: one append, one
         result per message."""
         if len(messages) == 1 or self._write_refusal() is not None:
-            return [self._put((message,)) for message in messages]
+            return [self._put_one(message) for message in messages]
         try:
             batch = encode_messages(messages, **self._encoding(), mixed_queues=True)
         except EncodeRejected:
@@ -264,6 +271,54 @@ class StoreCore(MessageStore):
             "segment_size": self.commit_log.file_size,
             "with_keys": self.index is not None,
         }
+
+    def _put_one(self, message: StoreMessage) -> PutResult:
+        """One message (theory, "a lone send"): the same append as ``_put`` of it, with the
+        one-record encoder, write and dispatch, and no per-batch step."""
+        store_host = self._store_host_packed
+        if store_host is None or self._write_refusal() is not None:
+            return self._put((message,))
+        now_ms = int(time.time() * 1000)
+        batch = encode_single(message, store_host, now_ms, self.config.max_message_size,
+                              self.commit_log.file_size, self.index is not None)
+        if batch is None:
+            return self._put((message,))
+        topic = batch.topic
+        queue_id = batch.queue_id
+        keys = batch.keys[0] if batch.keys is not None else None
+        commit_log = self.commit_log
+        with self._append_lock:
+            if self._closed or self._not_writable_reason is not None:
+                return self._unavailable()
+            queue = self.queues.get_or_create(topic, queue_id)
+            queue_offset = queue.max_offset
+            # Store times never go back along the log (time search relies on it).
+            store_timestamp = max(now_ms, commit_log.last_store_timestamp)
+            log_end = commit_log.max_offset()
+            try:
+                queue.ensure_room(1)
+                if keys and self.index is not None:
+                    self.index.ensure_room(len(keys))
+                physical_offset = commit_log.append_one(batch, queue_offset, store_timestamp)
+            except StoreError as e:
+                return self._append_failed(batch, log_end, e)
+            size = batch.sizes[0]
+            tag_code: int = batch.tag_codes[0]  # type: ignore[assignment]  # no delay: set
+            try:
+                for dispatcher in self._dispatchers:
+                    dispatcher.dispatch_one(topic, queue_id, queue_offset, physical_offset, size,
+                                            tag_code, keys, store_timestamp)
+                self.last_dispatched_timestamp = store_timestamp
+            except StoreError as e:
+                self._dispatch_failed(e)
+        if self._listeners:
+            self._notify(topic, queue_id, queue_offset + 1)
+        group_commit = self._group_commit
+        durable = (group_commit.request(physical_offset + size) if group_commit is not None
+                   else None)
+        return PutResult(PutStatus.PUT_OK, "", physical_offset, size, queue_offset,
+                         JoinedMsgIds(f"{self._msg_id_prefix}{physical_offset:016X}"),
+                         store_timestamp, 1, durable)
 
     def _put(self, messages: list[StoreMessage] | tuple[StoreMessage, ...]) -> PutResult:
         if self._write_refusal() is not None:
@@ -471,10 +526,13 @@ class StoreCore(MessageStore):
                 dispatcher.dispatch(dispatch_batch)
             self.last_dispatched_timestamp = store_timestamp
         except StoreError as e:
-            # The records are in the commit log, the only truth, and recovery rebuilds what
-            # failed here; but appending on would let queue offsets and the queues diverge.
-            self._not_writable_reason = f"dispatch failed ({e}); restart the broker to rebuild"
-            logger.error("store stops taking writes: %s", self._not_writable_reason)
+            self._dispatch_failed(e)
+
+    def _dispatch_failed(self, error: StoreError) -> None:
+        # The records are in the commit log, the only truth, and recovery rebuilds what
+        # failed here; but appending on would let queue offsets and the queues diverge.
+        self._not_writable_reason = f"dispatch failed ({error}); restart the broker to rebuild"
+        logger.error("store stops taking writes: %s", self._not_writable_reason)
 
     def _dispatch_many(
         self,
@@ -522,8 +580,7 @@ class StoreCore(MessageStore):
                     dispatcher.dispatch(dispatch_batch)
             self.last_dispatched_timestamp = store_timestamp
         except StoreError as e:
-            self._not_writable_reason = f"dispatch failed ({e}); restart the broker to rebuild"
-            logger.error("store stops taking writes: %s", self._not_writable_reason)
+            self._dispatch_failed(e)
 
     def _notify(self, topic: str, queue_id: int, max_offset: int) -> None:
         for listener in self._listeners:
