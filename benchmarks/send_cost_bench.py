@@ -30,7 +30,8 @@ producer's real broker connection instead of the canned answer: the socket is re
 transport that answers every write (a loop iteration's corked frames) in the next iteration
 with one read of SEND answers, so the cork, the frame decode, the futures and the task
 wake-ups of a window of concurrent sends are measured too (what latency_bench's 64 senders
-at 20,000 msg/s pay); the fake broker's own time is left out. Printed: microseconds per send per run, and the median over runs.
+at 20,000 msg/s pay); the fake broker's own time is left out. Printed: microseconds per send
+per run, and the median over runs.
 """
 
 from __future__ import annotations
