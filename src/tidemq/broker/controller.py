@@ -74,6 +74,7 @@ from tidemq.broker.send_back_processor import SendBackProcessor
 from tidemq.broker.send_processor import SendMessageProcessor
 from tidemq.broker.slave_sync import SlaveSynchronizer
 from tidemq.broker.transaction import TransactionService
+from tidemq.errors import TidemqError
 from tidemq.metrics.exporter import MetricsExporter
 from tidemq.metrics.requests import RequestMetrics
 from tidemq.remoting.server import RemotingServer
@@ -296,6 +297,12 @@ class BrokerController:
         loop = self.loop
         self.store.answer_syncs_on_loop(loop.add_reader, loop.remove_reader,
                                         lambda: settle_ready(loop))
+        # The first message should cost what later ones do: its index file (~10 ms on the
+        # loop, made lazily) is made now, and its slot pages faulted in by a thread.
+        try:
+            self.store.prepare_for_writes()
+        except TidemqError as exc:  # a full disk: the writes will say so too
+            log.warning("could not prepare the store's first files ahead: %s", exc)
         try:
             await self.server.start()
             if self.config.listen_port == 0:  # a test asked for any free port

@@ -163,6 +163,11 @@ class FileMessageStore(StoreCore):
 
     # -- queues ---------------------------------------------------------------------------------
 
+    def prepare_for_writes(self) -> None:
+        """See ``MessageStore.prepare_for_writes``."""
+        if isinstance(self.index, IndexService):
+            self.index.prepare()
+
     def prepare_queue_files(self, topic: str, queue_count: int) -> None:
         """See ``MessageStore.prepare_queue_files``."""
         if self._queue_files is not None:

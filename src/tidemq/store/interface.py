@@ -370,6 +370,15 @@ class MessageStore(abc.ABC):
         that have none, so their first messages do not create files on the caller's thread
         (queue_file_preparer.py). Cheap to call on every send; nothing to do in memory."""
 
+    def prepare_for_writes(self) -> None:  # noqa: B027
+        """Make ahead, off the caller's thread where it can, what the first writes would
+        otherwise make on it (the first index file, its slot table faulted in: index_file.py).
+        The broker calls it at start. Nothing to do in memory.
+
+        Raises:
+            StoreFull / StoreError: a file could not be made; writes will say so too.
+        """
+
     @abc.abstractmethod
     def delete_topic(self, topic: str) -> None:
         """Forget the topic's consume queues (its records stay in the commit log until they
