@@ -46,7 +46,6 @@ ENTRY_SIZE = 20
 FILLER_SIZE = 0x7FFFFFFF
 ENTRY = struct.Struct(">qiq")
 assert ENTRY.size == ENTRY_SIZE
-_pack_entry = ENTRY.pack
 _FILLER = ENTRY.pack(0, FILLER_SIZE, 0)
 _FILLER_RUN = _FILLER * 1024
 
@@ -169,6 +168,18 @@ class ConsumeQueue:
         Entries below ``max_offset`` are already there (re-dispatch after a crash) and are
         skipped; a gap above it (a queue rebuilt from the middle) is padded with fillers.
         """
+        mapped = self.queue.last_file()
+        if mapped is not None:
+            position = mapped.write_position
+            if (
+                position + len(entries) <= mapped.reserved_position
+                and mapped.file_from_offset + position == queue_offset * ENTRY_SIZE
+            ):
+                # The common case (an append's entries, reserved by ensure_room): the next
+                # entries, in the reserved part of the last segment, one copy.
+                mapped.write(position, entries)
+                self.last_store_timestamp = store_timestamp
+                return
         expected = self.max_offset
         if queue_offset < expected:
             skip = (expected - queue_offset) * ENTRY_SIZE
@@ -189,22 +200,6 @@ class ConsumeQueue:
             self._jump_to(queue_offset, expected)
         self._write(entries)
         self.last_store_timestamp = store_timestamp
-
-    def put_entry(self, queue_offset: int, physical_offset: int, size: int, tag_code: int,
-                  store_timestamp: int) -> None:
-        """``put`` of one entry (a lone send's): written straight into the last segment
-        when it is the next entry and its room is reserved, else through ``put``."""
-        mapped = self.queue.last_file()
-        if mapped is not None:
-            position = mapped.write_position
-            if (
-                position + ENTRY_SIZE <= mapped.reserved_position
-                and mapped.file_from_offset + position == queue_offset * ENTRY_SIZE
-            ):
-                mapped.write(position, _pack_entry(physical_offset, size, tag_code))
-                self.last_store_timestamp = store_timestamp
-                return
-        self.put(queue_offset, _pack_entry(physical_offset, size, tag_code), store_timestamp)
 
     def _jump_to(self, queue_offset: int, expected: int) -> None:
         # The next entry is not max_offset: the queue is rebuilt from the middle of the log,

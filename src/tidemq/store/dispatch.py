@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Protocol
 
 from tidemq.protocol.message import (
@@ -25,7 +26,7 @@ from tidemq.protocol.message import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from tidemq.store.config import SCHEDULE_TOPIC
-from tidemq.store.consume_queue import pack_entries
+from tidemq.store.consume_queue import ENTRY, ENTRY_SIZE, pack_entries
 from tidemq.store.consume_queue_table import ConsumeQueueTable
 from tidemq.store.record_check import DispatchFields
 from tidemq.store.record_encoder import (
@@ -34,6 +35,8 @@ from tidemq.store.record_encoder import (
     index_keys,
     tag_code_of,
 )
+
+_pack_entry = ENTRY.pack
 
 
 @dataclass(slots=True)
@@ -120,31 +123,29 @@ class ConsumeQueueDispatcher:
                      size: int, tag_code: int, keys: Sequence[str] | None,
                      store_timestamp: int) -> None:
         """Append one record's entry to its queue (see ``Dispatcher.dispatch_one``)."""
-        self.queues.get_or_create(topic, queue_id).put_entry(
-            queue_offset, physical_offset, size, tag_code, store_timestamp)
+        self.queues.get_or_create(topic, queue_id).put(
+            queue_offset, _pack_entry(physical_offset, size, tag_code), store_timestamp)
 
     def _dispatch_group(self, batch: DispatchBatch) -> None:
-        # Split by queue (records keep their order within each), one pack and put per queue.
-        columns: dict[int, tuple[int, list[int], list[int], list[int]]] = {}
-        for queue_id, queue_offset, physical_offset, size, tag_code in zip(
-            batch.queue_ids,  # type: ignore[arg-type]
-            batch.queue_offsets,  # type: ignore[arg-type]
-            batch.physical_offsets,
-            batch.sizes,
-            batch.tag_codes,
-            strict=True,
-        ):
-            column = columns.get(queue_id)
-            if column is None:
-                column = columns[queue_id] = (queue_offset, [], [], [])
-            column[1].append(physical_offset)
-            column[2].append(size)
-            column[3].append(tag_code)
+        # The records ordered by queue (a stable sort: each queue's in arrival order), their
+        # entries packed in that order with one struct call, and each queue's run put at
+        # once: no Python step per record.
+        queue_ids: list[int] = batch.queue_ids  # type: ignore[assignment]  # a queue group
+        queue_offsets: list[int] = batch.queue_offsets  # type: ignore[assignment]
+        order = sorted(range(len(queue_ids)), key=queue_ids.__getitem__)
+        entries = pack_entries(
+            list(map(batch.physical_offsets.__getitem__, order)),
+            list(map(batch.sizes.__getitem__, order)),
+            list(map(batch.tag_codes.__getitem__, order)),
+        )
         get_or_create = self.queues.get_or_create
-        for queue_id, (first_offset, physical_offsets, sizes, tag_codes) in columns.items():
-            queue = get_or_create(batch.topic, queue_id)
-            queue.put(first_offset, pack_entries(physical_offsets, sizes, tag_codes),
-                      batch.store_timestamp)
+        start = 0
+        for queue_id, run in groupby(map(queue_ids.__getitem__, order)):
+            end = start + len(list(run))
+            get_or_create(batch.topic, queue_id).put(
+                queue_offsets[order[start]], entries[start * ENTRY_SIZE:end * ENTRY_SIZE],
+                batch.store_timestamp)
+            start = end
 
 
 class IndexDispatcher:

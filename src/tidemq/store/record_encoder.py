@@ -638,6 +638,11 @@ def _index_keys_of(property_maps: Sequence[dict[str, str]]) -> list[Sequence[str
     # message; anything else through index_keys.
     unique_keys = list(map(dict.get, property_maps, repeat(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)))
     user_keys = list(map(dict.get, property_maps, repeat(PROPERTY_KEYS)))
+    if user_keys.count(None) == len(user_keys) and None not in unique_keys and (
+        "" not in unique_keys
+    ):
+        # The commonest send of all: a UNIQ_KEY (every client sets one) and no KEYS.
+        return list(zip(unique_keys))  # type: ignore[arg-type]
     if (
         None not in unique_keys
         and "" not in unique_keys

@@ -52,6 +52,7 @@ from tidemq.protocol.msgid import encode_offset_msg_id
 from tidemq.store import queue_reads, rebuild, recovery
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.config import SCHEDULE_TOPIC, StoreConfig
+from tidemq.store.consume_queue import ConsumeQueue
 from tidemq.store.consume_queue_table import ConsumeQueueTable
 from tidemq.store.disk_space import DiskSpaceGuard
 from tidemq.store.dispatch import (
@@ -225,22 +226,25 @@ class StoreCore(MessageStore):
         with self._append_lock:
             if self._closed or self._not_writable_reason is not None:
                 return [self._unavailable() for _ in messages]
-            counts = Counter(queue_ids)
-            queues = {
-                queue_id: self.queues.get_or_create(topic, queue_id) for queue_id in counts
-            }
-            next_offsets = {queue_id: queue.max_offset for queue_id, queue in queues.items()}
+            # Each record's queue offset: the next of its queue (first offsets from the
+            # queues, one lookup per queue).
+            queues: dict[int, ConsumeQueue] = {}
+            first_offsets: dict[int, int] = {}
+            next_offsets: dict[int, int] = {}
             queue_offsets: list[int] = []
             add_offset = queue_offsets.append
             for queue_id in queue_ids:
-                offset = next_offsets[queue_id]
+                offset = next_offsets.get(queue_id)
+                if offset is None:
+                    queue = queues[queue_id] = self.queues.get_or_create(topic, queue_id)
+                    offset = first_offsets[queue_id] = queue.max_offset
                 add_offset(offset)
                 next_offsets[queue_id] = offset + 1
             store_timestamp = max(batch.store_timestamp, self.commit_log.last_store_timestamp)
             log_end = self.commit_log.max_offset()
             try:
-                for queue_id, count in counts.items():
-                    queues[queue_id].ensure_room(count)
+                for queue_id, queue in queues.items():
+                    queue.ensure_room(next_offsets[queue_id] - first_offsets[queue_id])
                 self._ensure_index_room(batch)
                 physical_offsets = self.commit_log.append(
                     batch, 0, 1, store_timestamp, queue_offsets

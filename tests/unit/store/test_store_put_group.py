@@ -181,3 +181,26 @@ def test_a_closed_store_refuses_every_message_of_the_group(store):
     store.close()
     results = store.put_message_group(interleaved(4))
     assert [result.status for result in results] == [PutStatus.SERVICE_NOT_AVAILABLE] * 4
+
+
+def test_a_group_of_sends_with_unique_keys_only_is_indexed_and_queued_per_queue(store):
+    # The commonest group at 20,000 msg/s: a client's sends over 8 queues, each with a
+    # UNIQ_KEY and no KEYS (columns from 12 messages on).
+    messages = [message("Orders", n % 8, b"u%d" % n, unique_key=f"{n:032X}") for n in range(20)]
+    results = store.put_message_group(messages)
+
+    assert [result.status for result in results] == [PutStatus.PUT_OK] * 20
+    for sent, result in zip(messages, results, strict=True):
+        found = store.query_messages("Orders", sent.properties["UNIQ_KEY"], 10, 0, 2**62)
+        assert [decode_records(r)[0].physical_offset for r in found.records] == [
+            result.physical_offset]
+    for queue_id in range(8):
+        stored = read_queue(store, "Orders", queue_id)
+        assert [record.body for record in stored] == [
+            m.body for m in messages if m.queue_id == queue_id]
+        assert [record.queue_offset for record in stored] == list(range(len(stored)))
+    entries = {queue_id: store.consume_queue_entries("Orders", queue_id, 0, 10)
+               for queue_id in range(8)}
+    for sent, result in zip(messages, results, strict=True):
+        assert entries[sent.queue_id][result.queue_offset][:2] == (
+            result.physical_offset, result.wrote_bytes)
