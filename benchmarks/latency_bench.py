@@ -19,7 +19,9 @@ as users run them:
 Latency is the consumer's wall clock when the message reaches its code (``poll`` returns it,
 or the listener is called) minus the stamp in the body: nanosecond stamps, not the
 millisecond born timestamp, so a 2 ms target can be judged. It prints p50/p99/p999/max
-per run and the median over runs, the producer's send-acknowledgement p99, how many of the
+per run and the median over runs (and the start apart: the first message's latency, which
+includes the producer's route lookup and connection, and p99/p999 of the messages sent after
+the first second), the producer's send-acknowledgement p99, how many of the
 messages over 2 ms were already over 2 ms at the store (the send side), each process's CPU
 per message and how long its main thread waited for a core (ms per s: the machine's share
 of the tail, not the code's), per message sent each process's main-thread wake-ups and its
@@ -260,12 +262,27 @@ def summarize(arrivals: array, latencies: array, to_store: array) -> dict:
     # broker's send path) rather than after it (long-poll wake, pull answer, consumer).
     slow = [stored for latency, stored in zip(latencies, to_store, strict=True)
             if latency > 2_000_000]
+    # The start apart from the steady state: the first message sent (the producer's first
+    # send: its route lookup and connection, the topic's first put) and the percentiles of
+    # the messages sent after the run's first second.
+    first_latency_ms = None
+    steady: list[float] = []
+    if arrivals:
+        sent_at = [arrived - latency for arrived, latency in zip(arrivals, latencies, strict=True)]
+        first_sent = min(range(len(sent_at)), key=sent_at.__getitem__)
+        first_latency_ms = latencies[first_sent] / 1e6
+        steady_from = sent_at[first_sent] + 1_000_000_000
+        steady = sorted(latency / 1e6 for at, latency in zip(sent_at, latencies, strict=True)
+                        if at >= steady_from)
     return {
         "received": len(ms),
         "over_2ms": len(slow),
         "over_2ms_late_at_store": sum(1 for stored in slow if stored > 2_000_000),
         "latency_ms_p50": _pick(ms, 0.5), "latency_ms_p99": _pick(ms, 0.99),
         "latency_ms_p999": _pick(ms, 0.999), "latency_ms_max": ms[-1] if ms else None,
+        "first_latency_ms": first_latency_ms,
+        "after_1s_latency_ms_p99": _pick(steady, 0.99),
+        "after_1s_latency_ms_p999": _pick(steady, 0.999),
         "windows_over_10ms": sum(1 for w in windows if w > 10),
         "window_max_ms": windows,
         "window_to_store_max_ms": store_windows,
@@ -481,11 +498,24 @@ def run_all(args: argparse.Namespace) -> dict:
         if server is not None:
             server.stop()
         shutil.rmtree(work_dir, ignore_errors=True)
-    figures = {q: statistics.median(r[f"latency_ms_{q}"] for r in runs)
-               for q in ("p50", "p99", "p999", "max")}
+    figures = medians_of(runs)
     return {"rate": args.rate, "seconds": args.seconds, "consumer": args.consumer,
             "flush": args.flush, "concurrency": args.concurrency, "queues": args.queues,
             "size": args.size, "slice_us": args.slice_us, "median": figures, "runs": runs}
+
+
+def medians_of(runs: list[dict]) -> dict[str, float | None]:
+    """Medians over runs: p50, p99, p999 and max (ms), and the start apart (``first``: the
+    first message; ``after_1s_p99``/``_p999``: the messages sent after the first second;
+    None when no run had any)."""
+    figures: dict[str, float | None] = {
+        q: statistics.median(r[f"latency_ms_{q}"] for r in runs)
+        for q in ("p50", "p99", "p999", "max")}
+    for name, key in (("first", "first_latency_ms"), ("after_1s_p99", "after_1s_latency_ms_p99"),
+                      ("after_1s_p999", "after_1s_latency_ms_p999")):
+        values = [r[key] for r in runs if r.get(key) is not None]
+        figures[name] = statistics.median(values) if values else None
+    return figures
 
 
 def parse_src(text: str) -> tuple[str, str]:
@@ -542,9 +572,7 @@ def run_variants(args: argparse.Namespace) -> dict:
         else:
             os.environ["PYTHONPATH"] = original
         shutil.rmtree(work_dir, ignore_errors=True)
-    medians = {name: {q: statistics.median(r[f"latency_ms_{q}"] for r in runs
-                                           if r["variant"] == name)
-                      for q in ("p50", "p99", "p999", "max")}
+    medians = {name: medians_of([r for r in runs if r["variant"] == name])
                for name, _ in variants}
     return {"rate": args.rate, "seconds": args.seconds, "consumer": args.consumer,
             "flush": args.flush, "concurrency": args.concurrency, "queues": args.queues,
@@ -585,6 +613,10 @@ def print_report(result: dict, timeline: bool, threads: bool = False) -> None:
               f"{run.get('broker_run_queue_wait_ms_per_s', float('nan')):.0f}, producer "
               f"{run['producer_run_queue_wait_ms_per_s']:.0f}, consumer "
               f"{run['consumer_run_queue_wait_ms_per_s']:.0f}; load {run['load_average']}")
+        if run.get("after_1s_latency_ms_p999") is not None:
+            print(f"  first message {run['first_latency_ms']:.1f} ms; after the first second: "
+                  f"p99 {run['after_1s_latency_ms_p99']:.2f} "
+                  f"p999 {run['after_1s_latency_ms_p999']:.2f} ms")
         print("  per message: " + "; ".join(
             f"{name} {run[f'{name}_wake_ups_per_msg']:.2f} wake-ups, "
             f"{run[f'{name}_reads_per_msg']:.2f} reads, {run[f'{name}_writes_per_msg']:.2f} writes"
@@ -595,9 +627,12 @@ def print_report(result: dict, timeline: bool, threads: bool = False) -> None:
             print(threads_text(run))
     for name, median in (result.get("medians") or {"": result["median"]}).items():
         count = sum(1 for run in result["runs"] if run.get("variant", "") == name)
+        start = (f"; first message {median['first']:.1f} ms, after the first second p99 "
+                 f"{median['after_1s_p99']:.2f} p999 {median['after_1s_p999']:.2f} ms"
+                 if median.get("after_1s_p999") is not None else "")
         print(f"median of {count}{f' [{name}]' if name else ''}: p50 {median['p50']:.2f} ms, "
               f"p99 {median['p99']:.2f} ms, p999 {median['p999']:.2f} ms, "
-              f"max {median['max']:.1f} ms")
+              f"max {median['max']:.1f} ms{start}")
 
 
 def main() -> int:

@@ -40,3 +40,6 @@ def test_latency_bench_receives_what_it_offers(tmp_path):
     assert run["producer_sent"] > 0 and run["producer_errors"] == 0, run
     assert run["received"] >= run["producer_sent"], run  # every message sent was received
     assert 0 < report["median"]["p50"] <= report["median"]["p99"] <= report["median"]["max"]
+    # The first message (the producer's first send) is reported apart, and is one of them.
+    assert 0 < run["first_latency_ms"] <= run["latency_ms_max"]
+    assert report["median"]["first"] == run["first_latency_ms"]
