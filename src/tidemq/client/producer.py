@@ -74,6 +74,7 @@ from tidemq.limits import MESSAGE_BODY_SIZE_MAX, group_name_problem
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand, next_opaque
 from tidemq.protocol.message import (
+    NAME_VALUE_SEPARATOR,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_RECONSUME_TIME,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -108,6 +109,13 @@ _STORED_STATUS = {
 # Properties of at most this many characters cannot exceed 32767 bytes in UTF-8 (4 bytes per
 # character at most), so only longer ones need an exact size check.
 _PROPERTIES_CHARS_ALWAYS_OK = 32767 // 4
+
+# Request codes as plain ints: an IntEnum member takes the header encoder's careful path.
+_SEND_MESSAGE_V2_CODE = int(RequestCode.SEND_MESSAGE_V2)
+_SEND_REPLY_MESSAGE_V2_CODE = int(RequestCode.SEND_REPLY_MESSAGE_V2)
+
+# The properties text of a message whose only property is its unique key, up to the key.
+_UNIQ_KEY_PROPERTY_HEAD = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + NAME_VALUE_SEPARATOR
 
 # Topic names already checked, so a send does not run the name regex again (bounded: a
 # producer writing to very many topics just checks more often).
@@ -290,29 +298,34 @@ class Producer(ClientLifecycle):
         if unique_key is None:
             unique_key = properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = new_unique_key()
         topic = message.topic
-        retry_fields = (_retry_header_fields(properties) if topic.startswith(RETRY_PREFIX)
-                        else None)
         body, sysflag = self._maybe_compress(message.body)
-        properties_text = encode_properties(properties)
-        if len(properties_text) > _PROPERTIES_CHARS_ALWAYS_OK:
-            check_properties_size(message.topic, properties_text)
+        flag = message.flag
         fields = {
             "a": self.group,
             "b": topic,
             "c": AUTO_CREATE_TOPIC_KEY,
             "d": self._default_topic_queue_nums_text,
             "e": "0",
-            "f": str(sysflag),
+            "f": str(sysflag) if sysflag else "0",
             "g": str(time.time_ns() // 1_000_000),
-            "h": str(message.flag),
-            "i": properties_text,
+            "h": str(flag) if flag else "0",
         }
-        if retry_fields:
-            fields.update(retry_fields)
-        # A reply (request_reply.reply_message) is sent with its own code, so the broker
-        # pushes it to its requester.
-        code = RequestCode.SEND_REPLY_MESSAGE_V2 if is_reply(message) else (
-            RequestCode.SEND_MESSAGE_V2)
+        if len(properties) == 1 and not topic.startswith(RETRY_PREFIX):
+            # The common message: no property but its unique key (no tags, keys, reply
+            # type, retry counts), rendered as encode_properties renders it.
+            properties_text = f"{_UNIQ_KEY_PROPERTY_HEAD}{unique_key}"
+            code = _SEND_MESSAGE_V2_CODE
+        else:
+            if topic.startswith(RETRY_PREFIX):
+                fields.update(_retry_header_fields(properties))
+            properties_text = encode_properties(properties)
+            # A reply (request_reply.reply_message) is sent with its own code, so the broker
+            # pushes it to its requester.
+            code = (_SEND_REPLY_MESSAGE_V2_CODE if is_reply(message)
+                    else _SEND_MESSAGE_V2_CODE)
+        if len(properties_text) > _PROPERTIES_CHARS_ALWAYS_OK:
+            check_properties_size(topic, properties_text)
+        fields["i"] = properties_text
         if self.tracer is None:
             return await self._send_request(
                 code, topic, fields, body, unique_key, message,

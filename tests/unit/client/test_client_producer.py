@@ -13,7 +13,7 @@ from tidemq.client.message import Message, MessageQueue, SendStatus
 from tidemq.client.producer import Producer
 from tidemq.errors import InvalidTopicName, MessageTooLarge
 from tidemq.protocol.codes import RequestCode, ResponseCode
-from tidemq.protocol.message import decode_batch_body
+from tidemq.protocol.message import decode_batch_body, encode_properties
 from tidemq.remoting.errors import RemotingTimeout
 
 
@@ -88,7 +88,26 @@ def test_a_send_request_is_encoded_by_the_header_fast_path(run, monkeypatch):
                 await producer.send(Message("Orders", b"x"))  # routes and heartbeats first
                 monkeypatch.setattr(command, "_encode_json_header_checked", refuse)
                 result = await producer.send(Message("Orders", b"y", tags="t", keys="k"))
-        assert result.status is SendStatus.SEND_OK
+                plain = await producer.send(Message("Orders", b"z"))
+        assert result.status is SendStatus.SEND_OK and plain.status is SendStatus.SEND_OK
+
+    run(main())
+
+
+def test_a_message_with_only_its_unique_key_sends_the_properties_text_of_any_other(run):
+    # A plain message's properties text is made without encode_properties: the same text.
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("Orders", cluster.brokers)
+            async with producer_for(cluster) as producer:
+                plain = Message("Orders", b"x")
+                own_key = Message("Orders", b"y", properties={"UNIQ_KEY": "MY-OWN-KEY"})
+                results = [await producer.send(plain), await producer.send(own_key)]
+            requests = cluster.brokers[0].sends
+            assert [request.ext_fields["i"] for request in requests] == [
+                encode_properties(plain.properties), encode_properties(own_key.properties)]
+            assert [r.msg_id for r in results] == [plain.properties["UNIQ_KEY"], "MY-OWN-KEY"]
+            assert {request.code for request in requests} == {RequestCode.SEND_MESSAGE_V2}
 
     run(main())
 
