@@ -165,6 +165,8 @@ class FileMessageStore(StoreCore):
 
     def prepare_for_writes(self) -> None:
         """See ``MessageStore.prepare_for_writes``."""
+        if self._queue_files is not None:
+            self._queue_files.start()
         if isinstance(self.index, IndexService):
             self.index.prepare()
 

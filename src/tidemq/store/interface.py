@@ -372,7 +372,8 @@ class MessageStore(abc.ABC):
 
     def prepare_for_writes(self) -> None:  # noqa: B027
         """Make ahead, off the caller's thread where it can, what the first writes would
-        otherwise make on it (the first index file, its slot table faulted in: index_file.py).
+        otherwise make on it (the first index file, its slot table faulted in: index_file.py;
+        the thread that makes new topics' queue files: queue_file_preparer.py).
         The broker calls it at start. Nothing to do in memory.
 
         Raises:

@@ -31,7 +31,7 @@ restarts (it maps every queue file it finds); nothing for narrower topics never 
 Queues that already have a file are skipped.
 
 Threads: ``request`` and ``forget`` from any thread; the files are made by the thread
-"tidemq-queue-file-preparer", started on the first request.
+"tidemq-queue-file-preparer", started on the first request or by ``start``.
 """
 
 from __future__ import annotations
@@ -89,11 +89,22 @@ class QueueFilePreparer:
             self._requested.add(key)
             self._pending.extend((topic, queue_id) for queue_id in range(queue_count)
                                  if not self._has_queue(topic, queue_id))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name="tidemq-queue-file-preparer")
-                self._thread.start()
+            self._start_locked()
             self._wake.notify()
+
+    def start(self) -> None:
+        """Start the thread now rather than at the first ``request``: starting a thread waits
+        until it runs, 2 ms measured on a busy machine, which the first send to a new topic
+        paid on the event loop (the broker starts it when it starts)."""
+        with self._wake:
+            if not self._closed:
+                self._start_locked()
+
+    def _start_locked(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name="tidemq-queue-file-preparer")
+            self._thread.start()
 
     def forget(self, topic: str) -> None:
         """Drop ``topic``'s pending files and wait for the one being made (a topic is being
