@@ -96,6 +96,15 @@ def test_send_cost_bench_broker_side_serves_its_reads(tmp_path, options):
     assert report["median"]["A"] > 0 and len(report["runs"]["A"]) == 1
 
 
+def test_store_put_cost_bench_times_and_counts_a_group(tmp_path):
+    report = last_json(run_harness("store_put_cost_bench.py", "--group", "3", "--puts", "5",
+                                   "--repeats", "1", "--runs", "1", "--dir", str(tmp_path),
+                                   "--json").stdout)
+    median = report["median"]["A"]
+    assert median["us_per_message"] > 0 and median["calls_per_message"] > 10
+    assert report["group"] == 3 and len(report["runs"]["A"]) == 1
+
+
 def test_queue_file_bench_measures_both_ways(tmp_path):
     out = run_harness("queue_file_bench.py", "--queues", "17", "--rounds", "1",
                       "--dir", str(tmp_path)).stdout

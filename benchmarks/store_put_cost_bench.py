@@ -1,0 +1,148 @@
+"""CPU per single send in the store's put, tree against tree, with its Python call count:
+
+    .venv/bin/python benchmarks/store_put_cost_bench.py [--group 1] [--puts 600] [--repeats 5]
+        [--runs 3] [--variant NAME=SRC ...] [--dir benchmarks/out] [--json]
+
+A broker hands the store the single sends of one read together (``put_message_group``): one
+at a time at 2,000 msg/s, ~20 of one topic over 8 queues at 20,000 msg/s. This measures that
+call alone, on a file store in a temporary directory under ASYNC_FLUSH: ``--group`` 1 KiB
+messages shaped as the send processor shapes a client's (UNIQ_KEY and CLUSTER properties, an
+IPv4 born host, queue ids round robin over 8), ``--puts`` groups timed ``--repeats`` times
+(``time.thread_time``), the median reported; then, deterministically, the number of Python
+and C function calls one group takes (cProfile), the figure that does not move with the
+machine's load. Each ``--variant`` (``NAME=SRC``: ``.`` for this checkout, or another tree's
+``src/``, e.g. ``git archive <commit> src | tar -x -C /tmp/before`` then
+``before=/tmp/before/src``) runs in its own process, alternated run by run. Printed:
+microseconds per message per run, calls per message, and the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import json
+import os
+import pstats
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BODY = os.urandom(1024)
+QUEUES = 8
+WARM_UP_PUTS = 500
+PROFILED_PUTS = 100
+
+
+def _child(store_dir: str, group: int, puts: int, repeats: int) -> dict[str, float]:
+    from tidemq.protocol.msgid import new_unique_key
+    from tidemq.store.config import StoreConfig
+    from tidemq.store.file_store import FileMessageStore
+    from tidemq.store.interface import StoreMessage
+
+    def groups(count: int, start: int) -> list[list[StoreMessage]]:
+        born = int(time.time() * 1000)
+        return [
+            [StoreMessage("StorePutCost", (start + n * group + k) % QUEUES, BODY,
+                          {"UNIQ_KEY": new_unique_key(), "CLUSTER": "DefaultCluster"},
+                          0, 0, born, "127.0.0.1:45678", 0)
+             for k in range(group)]
+            for n in range(count)
+        ]
+
+    store = FileMessageStore(StoreConfig(store_path_root_dir=store_dir,
+                                         store_host="127.0.0.1:10911"))
+    try:
+        work = groups(WARM_UP_PUTS + PROFILED_PUTS + puts * repeats, 0)
+        gc.collect()
+        gc.freeze()  # the prepared messages are not the store's garbage to scan
+        for messages in work[:WARM_UP_PUTS]:
+            store.put_message_group(messages)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for messages in work[WARM_UP_PUTS:WARM_UP_PUTS + PROFILED_PUTS]:
+            store.put_message_group(messages)
+        profiler.disable()
+        calls = pstats.Stats(profiler).total_calls / (PROFILED_PUTS * group)  # type: ignore[attr-defined]
+        costs = []
+        start = WARM_UP_PUTS + PROFILED_PUTS
+        for _ in range(repeats):
+            started = time.thread_time()
+            for messages in work[start:start + puts]:
+                store.put_message_group(messages)
+            costs.append((time.thread_time() - started) / (puts * group) * 1e6)
+            start += puts
+        return {"us_per_message": statistics.median(costs), "calls_per_message": calls}
+    finally:
+        store.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--group", type=int, default=1, help="single sends per put")
+    parser.add_argument("--puts", type=int, default=600)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--variant", action="append", default=[],
+                        help="NAME=SRC: a source tree to measure ('.' is this checkout)")
+    parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child-store", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_store:
+        print(json.dumps(_child(args.child_store, args.group, args.puts, args.repeats)))
+        return 0
+    variants = []
+    for text in args.variant or ["A=."]:
+        name, _, src = text.partition("=")
+        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+        variants.append((name, os.path.abspath(here if src == "." else src)))
+    os.makedirs(args.dir, exist_ok=True)
+    work_dir = tempfile.mkdtemp(prefix="store-put-cost-", dir=args.dir)
+    results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
+    try:
+        for run in range(args.runs):
+            order = variants[run % len(variants):] + variants[:run % len(variants)]
+            for name, src in order:
+                store = os.path.join(work_dir, f"store-{run}-{name}")
+                done = subprocess.run(
+                    [sys.executable, os.path.abspath(__file__), "--child-store", store,
+                     "--group", str(args.group), "--puts", str(args.puts),
+                     "--repeats", str(args.repeats)],
+                    env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True,
+                    timeout=600)
+                shutil.rmtree(store, ignore_errors=True)
+                if done.returncode:  # its traceback, not only "exit status 1"
+                    sys.stderr.write(done.stderr)
+                    raise SystemExit(f"store_put_cost_bench: variant {name} ({src}) exited "
+                                     f"{done.returncode}; its output is above")
+                result = json.loads(done.stdout.strip().splitlines()[-1])
+                results[name].append(result)
+                if not args.json:
+                    print(f"run {run + 1} {name:<10} {result['us_per_message']:.2f} us per "
+                          f"message, {result['calls_per_message']:.1f} calls per message",
+                          flush=True)
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    medians = {
+        name: {key: statistics.median(r[key] for r in runs)
+               for key in ("us_per_message", "calls_per_message")}
+        for name, runs in results.items()
+    }
+    if args.json:
+        print(json.dumps({"group": args.group, "median": medians, "runs": results}))
+    else:
+        load = " ".join(f"{value:.1f}" for value in os.getloadavg())
+        print(f"store put of groups of {args.group}: {args.puts} puts x {args.repeats} per "
+              f"run, median of {args.runs} runs (load average {load}):")
+        for name, value in medians.items():
+            print(f"{name:<10} {value['us_per_message']:.2f} us per message, "
+                  f"{value['calls_per_message']:.1f} calls per message")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
