@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/send_cost_bench.py [--side producer|broker] [--sends 20000]
         [--runs 3] [--variant NAME=SRC ...] [--json] [--window 0]   (--side producer)
-        [--per-read 32] [--pause-ms 0] [--dispatcher]     (--side broker)
+        [--per-read 32] [--pause-ms 0] [--dispatcher] [--connection]   (--side broker)
 
 At 20,000 single sends a second the producer process spends ~25 us of CPU per message, and
 how many answers share a read (and so the event loop's and the kernel's part) moves with the
@@ -18,8 +18,12 @@ fed to a ``FrameDecoder``, served by the send processor's group handler and ever
 encoded, as the connection does: the broker's Python work per single send, store append
 included. ``--per-read 1`` or ``2`` gives the reads of a 2,000 msg/s producer; with
 ``--dispatcher`` each read goes through the remoting dispatcher as a connection's would (the
-send handlers as the broker registers them: a task per group, or served in place), and
-``--pause-ms`` sleeps before each read so that the core runs other processes in between and
+send handlers as the broker registers them: a task per group, or served in place); with
+``--connection`` each read is handed to a remoting connection of the broker's own server as
+its socket would hand it over (frame decode, the dispatcher with the broker's observer, the
+answers' encode, the cork and its ``writelines`` to a stand-in transport that drops the
+bytes: the broker's whole request path but the system calls). ``--pause-ms`` sleeps before
+each read so that the core runs other processes in between and
 the broker's code and data are cold when it is served, as at low rates. It starts one
 ``tidemq dev`` (for the producer's route only), then runs each ``--variant``
 (``NAME=SRC``: ``.`` for this checkout or another tree's ``src/``, e.g. ``git archive <commit>
@@ -185,7 +189,8 @@ SENDS_PER_READ = 32
 
 
 async def _broker_child(work_dir: str, sends: int, per_read: int = SENDS_PER_READ,
-                        pause_ms: float = 0, dispatcher: bool = False) -> float:
+                        pause_ms: float = 0, dispatcher: bool = False,
+                        connection: bool = False) -> float:
     from tidemq.broker.config import BrokerConfig
     from tidemq.broker.controller import BrokerController
     from tidemq.broker.topic_config_manager import TopicConfig
@@ -210,12 +215,16 @@ async def _broker_child(work_dir: str, sends: int, per_read: int = SENDS_PER_REA
             answered[0] += 1
             return True
 
+        def send_encoded(self, parts: list) -> bool:  # answers encoded already, one part each
+            answered[0] += len(parts)
+            return True
+
         def _flush(self) -> None:  # the cork's write: no socket here
             pass
 
         flush = _flush
 
-        def _request_done(self) -> None:
+        def _request_done(self, count: int = 1) -> None:
             pass
 
     def read_of_sends() -> bytes:
@@ -243,8 +252,21 @@ async def _broker_child(work_dir: str, sends: int, per_read: int = SENDS_PER_REA
         routes = RequestDispatcher()
         processor.register(routes)  # type: ignore[arg-type]  # it takes register() alone
 
+        if connection:  # a connection of the broker's own server, on a socket stand-in
+            socket = _Transport(answered)
+            served = broker.server._new_connection()
+            served.connection_made(socket)
+
         async def serve(count: int) -> None:
             for index in range(count):
+                if connection:  # the read as the transport hands it over
+                    if pause_ms:
+                        time.sleep(pause_ms / 1000)
+                    wanted = answered[0] + per_read
+                    served.data_received(reads[index % len(reads)])
+                    while answered[0] < wanted:
+                        await asyncio.sleep(0)
+                    continue
                 requests = decoder.feed(reads[index % len(reads)])
                 if pause_ms:  # the core goes to other processes between reads
                     time.sleep(pause_ms / 1000)
@@ -271,6 +293,43 @@ async def _broker_child(work_dir: str, sends: int, per_read: int = SENDS_PER_REA
         await broker.shutdown(grace_s=1.0)
 
 
+class _Transport(asyncio.Transport):
+    """What a remoting connection uses of its socket: writes count the frames (a send's
+    answer is one part) and are dropped; nothing is read from it."""
+
+    def __init__(self, answered: list[int]) -> None:
+        super().__init__()
+        self._answered = answered
+        self._closing = False
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("127.0.0.1", 45678) if name in ("peername", "sockname") else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def writelines(self, parts) -> None:  # type: ignore[no-untyped-def]
+        self._answered[0] += len(parts)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._closing = True
+
+    def abort(self) -> None:
+        self._closing = True
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--side", choices=("producer", "broker"), default="producer")
@@ -293,6 +352,10 @@ def main() -> int:
                         "connection (cork, frame decode, futures, task wake-ups), its socket "
                         "answering each write in the next loop iteration, instead of a canned "
                         "answer returned in place (0)")
+    parser.add_argument("--connection", action="store_true",
+                        help="--side broker: hand each read to a remoting connection of the "
+                        "broker's own server, as its socket would (frame decode, dispatch, "
+                        "answers, the cork and its write; the write itself is dropped)")
     parser.add_argument("--child-namesrv", help=argparse.SUPPRESS)
     parser.add_argument("--child-store", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -302,7 +365,7 @@ def main() -> int:
 
         cost = (run(_child(args.child_namesrv, args.sends, args.window)) if args.child_namesrv
                 else run(_broker_child(args.child_store, args.sends, args.per_read,
-                                       args.pause_ms, args.dispatcher)))
+                                       args.pause_ms, args.dispatcher, args.connection)))
         print(json.dumps({"us_per_send": cost}))
         return 0
     variants = []
@@ -324,7 +387,8 @@ def main() -> int:
                     store = os.path.join(work_dir, f"store-{run}-{name}")
                     child = ["--child-store", store, "--per-read", str(args.per_read),
                              "--pause-ms", str(args.pause_ms),
-                             *(["--dispatcher"] if args.dispatcher else [])]
+                             *(["--dispatcher"] if args.dispatcher else []),
+                             *(["--connection"] if args.connection else [])]
                 done = subprocess.run(
                     [sys.executable, os.path.abspath(__file__), "--sends", str(args.sends),
                      *child],

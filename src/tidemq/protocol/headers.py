@@ -141,7 +141,10 @@ class Header:
         reader = _READERS.get((cls, short))
         if reader is None:
             reader = _READERS[cls, short] = _compile_reader(cls, short)
-        header = reader(ext)
+        try:
+            header = reader(ext)
+        except TypeError:  # a value that is no str and not hashable: the checked reader's
+            header = None
         return header if header is not None else cls._read_checked(ext, short=short)
 
     @classmethod
@@ -210,6 +213,13 @@ def compile_codecs(*classes: type[Header]) -> None:
 
 _DECIMAL_DIGITS_FAST_MAX = 18  # 10**18 - 1 < 2**63 - 1: no range check needed
 
+# The canonical texts ("0", "17", never "017" or "+1") of the numbers headers carry most --
+# queue ids, flags, counts, retry times -- and their values: the fast reader looks a number
+# up here first (~0.15 us less a field than the checks and int()); other texts are read as
+# before. Up to 1023: queue ids past that are rare, and the table costs ~100 KB per process.
+_SMALL_INTS: dict[str, int] = {str(number): number for number in range(1024)}
+_MISSING = object()
+
 
 def _reader_lines(spec: _FieldSpec, key: str, value: str, default: str) -> list[str]:
     """Lines of the fast reader that leave ``spec``'s value in ``value`` or return None."""
@@ -221,11 +231,15 @@ def _reader_lines(spec: _FieldSpec, key: str, value: str, default: str) -> list[
     if spec.kind is str:
         return [*lines, f"    {keyword} {value}.__class__ is not str:", "        return None"]
     if spec.kind is int:
+        # A small number's canonical text is looked up (one dict lookup); any other text
+        # takes the plain-decimal checks and int().
+        lines.insert(1, f"    number = small_int({value}, MISSING)")
         plain_decimal = (
             f"{value}.__class__ is str and {value}.isdigit() and {value}.isascii() "
             f"and len({value}) <= {_DECIMAL_DIGITS_FAST_MAX}"
         )
-        branches = [(plain_decimal, f"{value} = int({value})")]
+        branches = [("number is not MISSING", f"{value} = number"),
+                    (plain_decimal, f"{value} = int({value})")]
     elif spec.kind is bool:
         branches = [(f"{value} == 'false'", f"{value} = False"),
                     (f"{value} == 'true'", f"{value} = True")]
@@ -244,7 +258,8 @@ def _reader_lines(spec: _FieldSpec, key: str, value: str, default: str) -> list[
 
 def _compile_reader(cls: type[Header], short: bool) -> Callable[[Mapping[str, str]], Any]:
     """``read(ext)``: the header, or None when a value needs the checked reader."""
-    namespace: dict[str, Any] = {"cls": cls, "new": object.__new__}
+    namespace: dict[str, Any] = {"cls": cls, "new": object.__new__,
+                                 "small_int": _SMALL_INTS.get, "MISSING": _MISSING}
     lines = ["def read(ext):"]
     for index, spec in enumerate(cls._specs):
         key = spec.short_name if short and spec.short_name else spec.name

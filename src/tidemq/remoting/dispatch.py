@@ -637,13 +637,19 @@ def _answer_group(
     it is resolved)."""
     later = 0  # requests answered by a LaterResponse: their bookkeeping is _finish_later's
     try:
+        parts: list[bytes | memoryview] = []  # the responses' frames, written in one step
         for request, response in zip(requests, responses, strict=True):
             if isinstance(response, LaterResponse):
                 later += 1
+                if parts:  # what came before it is written first, in order
+                    connection.send_encoded(parts)
+                    parts = []
                 response.on_resolved(partial(_finish_later, route, request, connection, observer,
                                          started))
             elif response is not None:
-                _answer(request, response, connection)
+                parts += _encoded_answer(request, response, connection)
+        if parts:
+            connection.send_encoded(parts)
         if observer is not None:
             _observe_group(observer, requests, responses, time.perf_counter() - started)
         # Out now, not at the end of the loop iteration: the peer works on these responses
@@ -656,8 +662,8 @@ def _answer_group(
 
 def _group_done(route: _Route, connection: Connection, served: int) -> None:
     route.pending -= served
-    for _ in range(served):
-        connection._request_done()
+    if served:
+        connection._request_done(served)
 
 
 def _observe_group(observer: RequestObserver, requests: list[RemotingCommand],
@@ -677,31 +683,40 @@ def _observe_group(observer: RequestObserver, requests: list[RemotingCommand],
 
 def _answer(request: RemotingCommand, response: RemotingCommand, connection: Connection) -> None:
     """Write ``response`` to ``request`` (RocketMQ's processor contract, module docstring)."""
+    parts = _encoded_answer(request, response, connection)
+    if parts:
+        connection.send_encoded(parts)
+
+
+def _encoded_answer(request: RemotingCommand, response: RemotingCommand,
+                    connection: Connection) -> list[bytes | memoryview]:
+    """The frame parts answering ``request`` with ``response`` (opaque, response flag and
+    serialize type set from the request; a SYSTEM_ERROR naming the problem when it cannot
+    be encoded), none for a oneway request: written alone (``_answer``) or with the other
+    answers of its group, in one ``Connection.send_encoded``."""
     if request.flag & FLAG_ONEWAY:
         log.debug(
             "handler answered oneway %s from %s; response dropped",
             request.describe(),
             connection.remote_address,
         )
-        return
+        return []
     response.opaque = request.opaque
     response.flag |= FLAG_RESPONSE
     response.serialize_type = request.serialize_type
     try:
-        connection.send_response(response)
+        return response.encode_parts()
     except Exception as exc:  # the response cannot be encoded: say so instead
         log.exception(
             "response to %s for %s cannot be sent",
             request.describe(),
             connection.remote_address,
         )
-        connection.send_response(
-            RemotingCommand.response_to(
-                request,
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"response cannot be encoded: {describe_exception(exc)}",
-            )
-        )
+        return RemotingCommand.response_to(
+            request,
+            ResponseCode.SYSTEM_ERROR,
+            remark=f"response cannot be encoded: {describe_exception(exc)}",
+        ).encode_parts()
 
 
 def _refuse(request: RemotingCommand, connection: Connection, code: int, remark: str) -> None:

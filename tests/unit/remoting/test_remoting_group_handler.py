@@ -273,3 +273,47 @@ def test_later_responses_leave_when_resolved_and_count_as_running_until_then(run
     assert all(answer.code == ResponseCode.SUCCESS for answer in answers)
     assert sorted(observed) == sorted([(ResponseCode.SYSTEM_BUSY, 1)]
                                       + [(ResponseCode.SUCCESS, 1)] * 3)
+
+
+def test_a_groups_answers_leave_in_request_order_whatever_each_one_is(run):
+    # One read of six requests served by one group call, answered: plainly; by a
+    # LaterResponse resolved before the call returns; with a code the header cannot carry
+    # (answered SYSTEM_ERROR naming the problem instead); plainly; oneway (its answer
+    # dropped); plainly. The peer reads every answer of the two-way requests, in order.
+    requests = requests_numbered(6)
+    requests[4].flag |= FLAG_ONEWAY
+
+    async def group(batch: list[RemotingCommand], connection: Connection):
+        answers: list = []
+        for request in batch:
+            n = int(request.ext_fields["n"])
+            response = RemotingCommand.response_to(request, ResponseCode.SUCCESS,
+                                                   ext_fields=request.ext_fields)
+            if n == 1:
+                later = LaterResponse()
+                later.resolve(response)
+                response = later
+            elif n == 2:
+                response.code = 1 << 40  # no int32
+            answers.append(response)
+        return answers
+
+    async def main():
+        async with RemotingServer("127.0.0.1", [0]) as server:
+            server.register(SEND, echo, group_handler=group)
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.bound_ports[0])
+            writer.write(b"".join(request.encode() for request in requests))
+            answers = [await asyncio.wait_for(read_command(reader), 10) for _ in range(5)]
+            writer.close()
+            await writer.wait_closed()
+            return answers
+
+    answers = run(main())
+    assert [answer.opaque for answer in answers] == [
+        requests[n].opaque for n in (0, 1, 2, 3, 5)]
+    assert [answer.code for answer in answers] == [
+        ResponseCode.SUCCESS, ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR,
+        ResponseCode.SUCCESS, ResponseCode.SUCCESS]
+    assert "cannot be encoded" in answers[2].remark
+    assert [answer.ext_fields["n"] for n, answer in enumerate(answers) if n != 2] == [
+        "0", "1", "3", "5"]
