@@ -70,7 +70,13 @@ from tidemq.broker.pull_hold_service import PullMode
 from tidemq.errors import CorruptRecord, HeaderFieldError
 from tidemq.filter.consumer_filters import FilterData
 from tidemq.filter.record_filter import filter_records
-from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.codes import (
+    FLAG_RESPONSE,
+    TIDEMQ_VERSION,
+    LanguageCode,
+    RequestCode,
+    ResponseCode,
+)
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from tidemq.protocol.message import POSITION_PHYSICAL_OFFSET, PROPERTY_RETRY_TOPIC
@@ -300,23 +306,22 @@ class PullMessageProcessor:
                 f"[REJECTREQUEST]system busy, {hold.parked_count} pull requests are already "
                 f"waiting for messages (limit {hold.parked_max}); pull again later",
             )
-        response_header = PullMessageResponseHeader(
+        ext_fields = PullMessageResponseHeader(
             suggest_which_broker_id=suggest,
             next_begin_offset=next_begin_offset,
             min_offset=result.min_offset,
             max_offset=result.max_offset,
-        )
-        if code == ResponseCode.SUCCESS:
+        ).to_ext_fields()
+        if code == _SUCCESS:
             self._stats.record_get(result.message_count, header.topic, header.consumer_group,
                                    len(result.body))
-            return RemotingCommand.response_to(
-                request, code, remark=result.status.value,
-                ext_fields=response_header.to_ext_fields(), body=result.body,
-            )
-        return RemotingCommand.response_to(
-            request, code, remark=_remark(result, header, subscription),
-            ext_fields=response_header.to_ext_fields(),
-        )
+            # RemotingCommand.response_to without its copy of the fresh ext_fields dict.
+            return RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, _FOUND_REMARK,
+                                   ext_fields, result.body, _PYTHON, TIDEMQ_VERSION,
+                                   request.serialize_type)
+        return RemotingCommand(int(code), request.opaque, FLAG_RESPONSE,
+                               _remark(result, header, subscription), ext_fields, None,
+                               _PYTHON, TIDEMQ_VERSION, request.serialize_type)
 
     def _suggested_broker_id(self, group_config: SubscriptionGroupConfig,
                              result: GetResult) -> int:
@@ -578,13 +583,23 @@ def _filter_result(
                      body, kept)
 
 
+# Bound once: an Enum member looked up on its class, or its ``value`` (a property), is a
+# Python-level step on every pull.
+_FOUND = GetStatus.FOUND
+_FOUND_REMARK = GetStatus.FOUND.value
+_SUCCESS = int(ResponseCode.SUCCESS)
+_PYTHON = LanguageCode.PYTHON
+
 # Keyed by the status's value: hashing a str is cheaper than hashing an Enum member, and this
 # runs for every pull.
 _CODE_BY_STATUS_VALUE = {status.value: code for status, code in _CODE_BY_STATUS.items()}
 
 
 def _response_code(result: GetResult, requested_offset: int) -> ResponseCode:
-    code = _CODE_BY_STATUS_VALUE.get(result.status.value)
+    status = result.status
+    if status is _FOUND:  # the common answer, without the table
+        return ResponseCode.SUCCESS
+    code = _CODE_BY_STATUS_VALUE.get(status.value)
     if code is not None:
         return code
     # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE: an empty queue is "nothing new" for a

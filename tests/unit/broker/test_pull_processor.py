@@ -104,6 +104,7 @@ def test_found_answers_success_with_the_stored_records_as_they_are(setup):
     offsets = [put(broker, "TagA", body=f"m{i}".encode()) for i in range(3)]
     response = ask(pull_request(0))
     assert response.code == ResponseCode.SUCCESS
+    assert response.remark == "FOUND"  # the store status's name, as RocketMQ's remark
     assert header_of(response) == {
         "suggestWhichBrokerId": 0, "nextBeginOffset": 3, "minOffset": 0, "maxOffset": 3,
     }
