@@ -26,7 +26,9 @@ messages over 2 ms were already over 2 ms at the store (the send side), each pro
 per message and how long its main thread waited for a core (ms per s: the machine's share
 of the tail, not the code's), per message sent each process's main-thread wake-ups and its
 read and write system calls (``/proc``: the fixed costs that dominate at low rates), the
-host's load average, and with ``--timeline`` a text plot
+host's load average, how many 100 ms windows held a message over 5 ms and in how many of
+them a process waited 2 ms or more for a core (its main thread's /proc schedstat, sampled by
+the driver every 10 ms: the machine's share of the tail), and with ``--timeline`` a text plot
 of every run: the worst latency of each 100 ms window, one row per second, so a periodic
 stall shows as a column of spikes. With ``--threads`` it lists every thread of the three
 processes (the broker's only when it started the broker): its share of a core over the run
@@ -303,23 +305,30 @@ def timeline_text(run: dict) -> str:
     """One row per second: the worst latency of each 100 ms window as a cell (``.`` < 2 ms,
     ``-`` < 5, ``+`` < 10, ``#`` < 20, ``@`` >= 20) and the second's worst, end to end and
     up to the store timestamp (the send side's part, +-1 ms); then the worst event-loop
-    lateness of the consumer and of the producer process in the same windows."""
+    lateness of the consumer and of the producer process in the same windows, and ("no
+    core") the most any of the three processes' main threads waited for a core in each
+    window (``CoreWaitSampler``: the machine's part)."""
     windows, store_windows = run["window_max_ms"], run["window_to_store_max_ms"]
     consumer_lags, producer_lags = run["consumer_lag_windows_ms"], run["producer_lag_windows_ms"]
+    waited = run.get("core_wait_windows_ms") or {}
+    no_core = [max((column[index] for column in waited.values()), default=0.0)
+               for index in range(len(windows))]
     per_row = 1000 // WINDOW_MS
 
     def cells(row: list[float]) -> str:
         return "".join("." if w < 2 else "-" if w < 5 else "+" if w < 10 else "#" if w < 20
                        else "@" for w in row)
 
-    lines = ["  second  end to end  worst ms   to store    worst ms   consumer lag  producer lag"]
+    lines = ["  second  end to end  worst ms   to store    worst ms   consumer lag  producer lag"
+             "  no core"]
     for start in range(0, len(windows), per_row):
         part = slice(start, start + per_row)
         row, store_row = windows[part], store_windows[part]
         lines.append(f"  {start // per_row:4d}    {cells(row):<{per_row}}  {max(row):7.1f}   "
                      f"{cells(store_row):<{per_row}}  {max(store_row):7.1f}   "
                      f"{cells(consumer_lags[part]):<{per_row}}    "
-                     f"{cells(producer_lags[part]):<{per_row}}")
+                     f"{cells(producer_lags[part]):<{per_row}}    "
+                     f"{cells(no_core[part]):<{per_row}}")
     return "\n".join(lines)
 
 
@@ -347,6 +356,76 @@ def _create_topic(tidemq: str, namesrv: str, topic: str, queues: int) -> None:
                                f"{TOPIC_CREATE_BOUND_S:g} s; the admin said: "
                                f"{(done.stderr or done.stdout).strip()[-500:]}")
         time.sleep(0.5)
+
+
+class CoreWaitSampler:
+    """How long each watched process's main thread waited for a core, sampled every
+    ``period_s`` by a thread of the driver from /proc/<pid>/schedstat (a thread that is ready
+    to run but finds both cores taken): per timeline window, the machine's part of a spike
+    rather than the code's. About 100 reads of three small files a second."""
+
+    def __init__(self, period_s: float = 0.01) -> None:
+        self.period_s = period_s
+        self._files: dict[str, int] = {}
+        self.samples: dict[str, array] = {}  # name -> (wall ns, waited ns so far) pairs
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="core-wait-sampler",
+                                        daemon=True)
+
+    def watch(self, name: str, pid: int) -> None:
+        """Sample ``pid``'s main thread from now on (silently nothing when /proc lacks it)."""
+        try:
+            self._files[name] = os.open(f"/proc/{pid}/task/{pid}/schedstat", os.O_RDONLY)
+        except OSError:
+            return
+        self.samples[name] = array("q")
+        self._sample(name)
+
+    def _sample(self, name: str) -> None:
+        try:
+            waited = int(os.pread(self._files[name], 128, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            return  # the process ended
+        self.samples[name].extend((time.time_ns(), waited))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            for name in list(self._files):
+                self._sample(name)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        for fd in self._files.values():
+            os.close(fd)
+        self._files.clear()
+
+    def windows(self, first_ns: int, count: int) -> dict[str, list[float]]:
+        """Per process, the ms its main thread waited for a core in each timeline window."""
+        result = {}
+        for name, flat in self.samples.items():
+            waited = [0.0] * count
+            for index in range(2, len(flat), 2):
+                window = (flat[index] - first_ns) // (WINDOW_MS * 1_000_000)
+                if 0 <= window < count:
+                    waited[window] += (flat[index + 1] - flat[index - 1]) / 1e6
+            result[name] = waited
+        return result
+
+
+def machine_share(windows: list[float], waited: dict[str, list[float]],
+                  over_ms: float = 5.0, waited_ms: float = 2.0) -> tuple[int, int]:
+    """(windows whose worst latency is over ``over_ms``, how many of them had a process
+    waiting ``waited_ms`` or more for a core in that window or the one before)."""
+    slow = [index for index, worst in enumerate(windows) if worst > over_ms]
+    starved = sum(1 for index in slow
+                  if any(max(column[max(0, index - 1):index + 1], default=0.0) >= waited_ms
+                         for column in waited.values()))
+    return len(slow), starved
 
 
 def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float = 20,
@@ -378,6 +457,7 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
     watched = {"consumer": consumer.pid}
     if broker_pid is not None:
         watched["broker"] = broker_pid
+    sampler = CoreWaitSampler()
     try:
         assert consumer.stdout is not None and consumer.stdin is not None
         line = consumer.stdout.readline().strip()
@@ -389,10 +469,25 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
         counts_before = {name: process_counts(pid) for name, pid in watched.items()}
         producer_started = time.monotonic()
         summary_path = os.path.join(work_dir, f"producer_{topic}.json")
-        subprocess.run(
+        for name, pid in watched.items():
+            sampler.watch(name, pid)
+        sampler.start()
+        producer = subprocess.Popen(
             [*me, "--role", "producer", "--rate", str(rate), "--seconds", str(seconds),
              "--concurrency", str(concurrency), "--out", summary_path],
-            check=True, capture_output=True, text=True, timeout=seconds + 120)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sampler.watch("producer", producer.pid)
+        try:
+            output, errors = producer.communicate(timeout=seconds + 120)
+        except subprocess.TimeoutExpired:
+            producer.kill()
+            producer.wait()
+            raise
+        finally:
+            sampler.stop()
+        if producer.returncode != 0:
+            raise subprocess.CalledProcessError(producer.returncode, producer.args, output,
+                                                errors)
         with open(summary_path) as summary:
             sent = json.load(summary)
         producer_s = time.monotonic() - producer_started
@@ -430,6 +525,10 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
                                                      len(result["window_max_ms"]))
     result["producer_lag_windows_ms"] = _lag_windows(sent.pop("loop_lags"), first,
                                                      len(result["window_max_ms"]))
+    waited = sampler.windows(first, len(result["window_max_ms"]))
+    result["core_wait_windows_ms"] = waited
+    result["windows_over_5ms"], result["windows_over_5ms_core_wait"] = machine_share(
+        result["window_max_ms"], waited)
     result.update({f"producer_{k}": v for k, v in sent.items()})
     result.update(run_queue_waits)
     # Per message sent: how often each process's main thread slept and woke, and its read
@@ -613,6 +712,10 @@ def print_report(result: dict, timeline: bool, threads: bool = False) -> None:
               f"{run.get('broker_run_queue_wait_ms_per_s', float('nan')):.0f}, producer "
               f"{run['producer_run_queue_wait_ms_per_s']:.0f}, consumer "
               f"{run['consumer_run_queue_wait_ms_per_s']:.0f}; load {run['load_average']}")
+        if "windows_over_5ms" in run:
+            print(f"  windows with a message over 5 ms: {run['windows_over_5ms']}, of them "
+                  f"{run['windows_over_5ms_core_wait']} with a process waiting >= 2 ms for a "
+                  "core then (the machine's)")
         if run.get("after_1s_latency_ms_p999") is not None:
             print(f"  first message {run['first_latency_ms']:.1f} ms; after the first second: "
                   f"p99 {run['after_1s_latency_ms_p99']:.2f} "

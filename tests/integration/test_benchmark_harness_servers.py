@@ -43,3 +43,8 @@ def test_latency_bench_receives_what_it_offers(tmp_path):
     # The first message (the producer's first send) is reported apart, and is one of them.
     assert 0 < run["first_latency_ms"] <= run["latency_ms_max"]
     assert report["median"]["first"] == run["first_latency_ms"]
+    # The machine's share: each process's waits for a core, per timeline window.
+    assert set(run["core_wait_windows_ms"]) == {"broker", "consumer", "producer"}
+    assert all(len(column) == len(run["window_max_ms"])
+               for column in run["core_wait_windows_ms"].values())
+    assert 0 <= run["windows_over_5ms_core_wait"] <= run["windows_over_5ms"]
