@@ -46,6 +46,7 @@ import ipaddress
 import struct
 import sys
 import zlib
+from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -307,7 +308,11 @@ def java_string_hashes(texts: Sequence[str], prefix: str = "") -> list[int]:
 def java_string_abs_hashes(texts: Sequence[str], prefix: str = "") -> list[int]:
     """``abs(java_string_hash(prefix + text))`` for each of ``texts``, with Integer.MIN_VALUE
     giving 0: RocketMQ's index keyHash of ``topic#key``, computed for the batch like
-    ``java_string_hashes``."""
+    ``java_string_hashes`` (or, for strings alike, by ``_lane_abs_hashes``)."""
+    if len(texts) >= _LANE_HASH_MIN:
+        hashes = _lane_abs_hashes(texts, prefix)
+        if hashes is not None:
+            return hashes
     sums = _batch_sums(texts, prefix)
     if sums is None:
         return [_abs_hash(java_string_hash(prefix + text)) for text in texts]
@@ -379,6 +384,83 @@ def _window_sums(texts: Sequence[str], prefix: str) -> tuple[Iterable[int], int]
     if len(parts) != len(texts):
         return None
     return map(int, parts, repeat(31)), _window_constant(prefix, length)
+
+
+# _lane_abs_hashes: each tail character's base-31 digit as a byte (0-30), 255 outside the
+# window; at least this many strings (below it, the lanes' fixed cost does not pay); tails
+# of at most this many characters (31^12 < 2^63: a lane's value plus the constant stays
+# within its 64 bits).
+_WINDOW_VALUES = bytes(
+    code - _WINDOW_BASE if _WINDOW_BASE <= code < _WINDOW_BASE + 31 else 255 for code in range(256)
+)
+_LANE_HASH_MIN = 16
+_LANE_TAIL_MAX = 12
+_LANE_BYTES = 8
+
+
+def _lane_abs_hashes(texts: Sequence[str], prefix: str) -> list[int] | None:
+    # java_string_abs_hashes for strings of one length sharing a head (a producer's
+    # UNIQ_KEYs: 28-30 of their 32 characters), whose other characters (the tail, k of them)
+    # all lie in _window_sums' window: hash(prefix + text) = tail value + a constant of the
+    # prefix, the head and k (_window_constant), the tail value sum(digit_j * 31^(k-1-j)).
+    # The arithmetic runs on all strings at once: string i's value is a 64-bit lane of one
+    # big int (big-endian, string 0 in the top lane), built by Horner's rule from the tail's
+    # digit columns (strided slices of the joined text), then the constant added, each lane
+    # masked to 32 bits and its abs taken with lane-wise bit operations; no lane carries into
+    # the next, as every lane's value stays below 2^64. None when the strings are not alike
+    # (another length, no shared head, a tail character outside the window, a space, a
+    # non-ASCII character or too long a tail): the caller then hashes them another way.
+    count = len(texts)
+    first = texts[0]
+    length = len(first)
+    joined = " ".join(texts)
+    stride = length + 1
+    if (
+        len(joined) != count * stride - 1
+        or not 0 < length <= _FAST_HASH_LENGTH_MAX
+        or not joined.isascii()
+        or joined.count(" ") != count - 1
+        or joined[length::stride] != " " * (count - 1)
+    ):
+        return None  # lengths differ, or a string holds a space or non-ASCII
+    # Every string has the first one's length: its only spaces are the separators, each
+    # where that length puts it.
+    shared = _shared_head_length(first, texts[-1])
+    head = first[:shared]
+    tail_length = length - shared
+    if tail_length > _LANE_TAIL_MAX or (shared and joined.count(" " + head) != count - 1):
+        return None  # every separator followed by the head: each string starts with it
+    digits = joined.encode("ascii").translate(_WINDOW_VALUES)
+    lanes = bytearray(count * _LANE_BYTES)
+    low_bytes = slice(_LANE_BYTES - 1, None, _LANE_BYTES)
+    values = 0
+    for position in range(shared, length):
+        column = digits[position::stride]
+        if b"\xff" in column:
+            return None  # a tail character outside the window
+        lanes[low_bytes] = column
+        values = values * 31 + int.from_bytes(lanes, "big")
+    ones, low_32, low_31 = _lane_masks(count)
+    unsigned = (values + _window_constant(prefix + head, tail_length) * ones) & low_32
+    negative = (unsigned >> 31) & ones
+    # abs: a lane with its sign bit set becomes (~u + 1) & 0x7FFFFFFF, which also takes
+    # MIN_VALUE to 0; any other lane stays as it is.
+    magnitudes = ((unsigned ^ (negative * _UINT32_MASK)) + negative) & low_31
+    result = array(_LANE_TYPECODE, magnitudes.to_bytes(count * _LANE_BYTES, "big"))
+    if sys.byteorder == "little":
+        result.byteswap()
+    return result.tolist()
+
+
+_LANE_TYPECODE = "Q"
+assert array(_LANE_TYPECODE).itemsize == _LANE_BYTES
+
+
+@functools.lru_cache(maxsize=64)
+def _lane_masks(count: int) -> tuple[int, int, int]:
+    # 1, 2^32 - 1 and 2^31 - 1 in each of ``count`` 64-bit lanes.
+    ones = int.from_bytes((b"\x00" * (_LANE_BYTES - 1) + b"\x01") * count, "big")
+    return ones, ones * _UINT32_MASK, ones * _INT32_MAX
 
 
 def _shared_head_length(first: str, last: str) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tidemq.protocol import message
 from tidemq.protocol.message import (
     java_string_abs_hashes,
     java_string_hash,
@@ -146,3 +147,49 @@ def test_batch_abs_hashes_give_zero_for_min_value_and_magnitudes_otherwise():
     assert java_string_abs_hashes(keys, "T#") == [index_key_hash("T#" + k) for k in keys]
     assert java_string_abs_hashes(keys, "T#")[:5] == [0] * 5
     assert all(0 <= h < 2**31 for h in java_string_abs_hashes(keys, "T#"))
+
+
+def one_at_a_time(texts: list[str], prefix: str) -> list[int]:
+    return [index_key_hash(prefix + text) for text in texts]
+
+
+def test_a_producers_unique_keys_are_hashed_in_lanes_as_one_at_a_time():
+    # A batch's UNIQ_KEYs (one head, a tail of a few characters) take the lane arithmetic,
+    # whole requests' worth and three requests' worth (made apart, so a shorter head).
+    for keys in (new_unique_keys(16), new_unique_keys(64),
+                 new_unique_keys(64) + new_unique_keys(64) + new_unique_keys(64)):
+        lanes = message._lane_abs_hashes(keys, "Orders#")
+        assert lanes is not None
+        assert lanes == one_at_a_time(keys, "Orders#")
+        assert java_string_abs_hashes(keys, "Orders#") == lanes
+
+
+def test_lane_hashes_keep_min_value_at_zero_and_every_sign():
+    # "T#ANTVRBUG" hashes to Integer.MIN_VALUE (0 in the index); its neighbours (the last
+    # character within the lanes' "0".."N") to both signs.
+    keys = ["ANTVRBUG"] * 8 + [f"ANTVRBU{last}" for last in "0123456789ABCDEFGHN"]
+    hashes = message._lane_abs_hashes(keys, "T#")
+    assert hashes == one_at_a_time(keys, "T#")
+    assert hashes[:8] == [0] * 8
+    assert {java_string_hash("T#" + key) < 0 for key in keys} == {True, False}
+
+
+def test_strings_of_other_lengths_that_add_up_alike_are_not_taken_as_lanes():
+    # Lengths 4, 2, 6 join to the length three strings of 4 would: the separators then sit
+    # elsewhere, and the lanes would read the wrong characters.
+    keys = ["AB12", "AB", "AB1234"] * 6
+    assert message._lane_abs_hashes(keys, "T#") is None
+    assert java_string_abs_hashes(keys, "T#") == one_at_a_time(keys, "T#")
+
+
+@given(
+    head=st.text(alphabet="AZ09#é ", max_size=20),
+    tails=st.lists(st.text(alphabet="0189ABNOa ", min_size=1, max_size=14), min_size=16,
+                   max_size=80),
+    prefix=st.sampled_from(["", "T#", "Zürich#"]),
+)
+def test_batch_abs_hashes_of_many_strings_equal_one_at_a_time(head, tails, prefix):
+    # Enough strings for the lanes; tails of any length up to past the lanes' 12, some
+    # outside the window ("O", "a"), a space, a head outside it: lanes or not, the same.
+    texts = [head + tail for tail in tails]
+    assert java_string_abs_hashes(texts, prefix) == one_at_a_time(texts, prefix)
