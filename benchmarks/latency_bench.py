@@ -27,14 +27,15 @@ per message and how long its main thread waited for a core (ms per s: the machin
 of the tail, not the code's), per message sent each process's main-thread wake-ups and its
 read and write system calls (``/proc``: the fixed costs that dominate at low rates), the
 host's load average, how many 100 ms windows held a message over 5 ms and in how many of
-them a process waited 2 ms or more for a core (its main thread's /proc schedstat, sampled by
-the driver every 10 ms: the machine's share of the tail), and with ``--timeline`` a text plot
-of every run: the worst latency of each 100 ms window, one row per second, so a periodic
-stall shows as a column of spikes. With ``--threads`` it lists every thread of the three
-processes (the broker's only when it started the broker): its share of a core over the run
-and its wake-ups (voluntary context switches) and preemptions per second. ``--slice-us``
-asks the kernel (EEVDF, Linux 6.6+) for a shorter time slice for all three processes: how
-much of the tail is a woken process waiting for the running one's slice to end. With
+them a process waited 2 ms or more for a core within one 10 ms sample (its main thread's
+/proc schedstat, sampled by the driver: the machine's share of the tail), and with
+``--timeline`` a text plot of every run: the worst latency of each 100 ms window, one row
+per second, so a periodic stall shows as a column of spikes. With ``--threads`` it lists
+every thread of the three processes (the broker's only when it started the broker): its
+share of a core over the run and its wake-ups (voluntary context switches) and preemptions
+per second. ``--slice-us`` asks the kernel (EEVDF, Linux 6.6+) for a shorter time slice
+for all three processes: how much of the tail is a woken process waiting for the running
+one's slice to end. With
 ``--src before=/tmp/before --src now=.`` (trees whose ``src/`` holds tidemq, e.g. from
 ``git archive <commit> src``) each run measures every tree in turn, order rotated, a fresh
 ``tidemq dev`` each: an A/B alternated within one run, medians per tree.
@@ -306,8 +307,8 @@ def timeline_text(run: dict) -> str:
     ``-`` < 5, ``+`` < 10, ``#`` < 20, ``@`` >= 20) and the second's worst, end to end and
     up to the store timestamp (the send side's part, +-1 ms); then the worst event-loop
     lateness of the consumer and of the producer process in the same windows, and ("no
-    core") the most any of the three processes' main threads waited for a core in each
-    window (``CoreWaitSampler``: the machine's part)."""
+    core") the longest any of the three processes' main threads waited for a core within one
+    10 ms sample in each window (``CoreWaitSampler``: the machine's part)."""
     windows, store_windows = run["window_max_ms"], run["window_to_store_max_ms"]
     consumer_lags, producer_lags = run["consumer_lag_windows_ms"], run["producer_lag_windows_ms"]
     waited = run.get("core_wait_windows_ms") or {}
@@ -405,14 +406,17 @@ class CoreWaitSampler:
         self._files.clear()
 
     def windows(self, first_ns: int, count: int) -> dict[str, list[float]]:
-        """Per process, the ms its main thread waited for a core in each timeline window."""
+        """Per process and timeline window, the most its main thread waited for a core within
+        one sampling period (ms): a spike needs one long wait, while many short ones (a
+        busy machine's usual) add up in a window without delaying any message much."""
         result = {}
         for name, flat in self.samples.items():
             waited = [0.0] * count
             for index in range(2, len(flat), 2):
                 window = (flat[index] - first_ns) // (WINDOW_MS * 1_000_000)
                 if 0 <= window < count:
-                    waited[window] += (flat[index + 1] - flat[index - 1]) / 1e6
+                    waited[window] = max(waited[window],
+                                         (flat[index + 1] - flat[index - 1]) / 1e6)
             result[name] = waited
         return result
 
@@ -420,7 +424,8 @@ class CoreWaitSampler:
 def machine_share(windows: list[float], waited: dict[str, list[float]],
                   over_ms: float = 5.0, waited_ms: float = 2.0) -> tuple[int, int]:
     """(windows whose worst latency is over ``over_ms``, how many of them had a process
-    waiting ``waited_ms`` or more for a core in that window or the one before)."""
+    waiting ``waited_ms`` or more for a core within one sample, in that window or the one
+    before)."""
     slow = [index for index, worst in enumerate(windows) if worst > over_ms]
     starved = sum(1 for index in slow
                   if any(max(column[max(0, index - 1):index + 1], default=0.0) >= waited_ms
@@ -714,8 +719,8 @@ def print_report(result: dict, timeline: bool, threads: bool = False) -> None:
               f"{run['consumer_run_queue_wait_ms_per_s']:.0f}; load {run['load_average']}")
         if "windows_over_5ms" in run:
             print(f"  windows with a message over 5 ms: {run['windows_over_5ms']}, of them "
-                  f"{run['windows_over_5ms_core_wait']} with a process waiting >= 2 ms for a "
-                  "core then (the machine's)")
+                  f"{run['windows_over_5ms_core_wait']} with a process waiting >= 2 ms at once "
+                  "for a core then (the machine's)")
         if run.get("after_1s_latency_ms_p999") is not None:
             print(f"  first message {run['first_latency_ms']:.1f} ms; after the first second: "
                   f"p99 {run['after_1s_latency_ms_p99']:.2f} "
