@@ -43,7 +43,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Collection, Sequence
-from itertools import chain
+from itertools import chain, repeat
+from operator import and_, attrgetter
 from typing import Any
 
 from tidemq.errors import StoreError, StoreFull
@@ -99,6 +100,8 @@ from tidemq.timings import LatencyTally
 logger = logging.getLogger(__name__)
 
 _MSG_ID_OFFSET_DIGITS = 16  # the physical offset is the last 8 bytes of an offset msg id
+_topic_of = attrgetter("topic")
+_sysflag_of = attrgetter("sysflag")
 
 
 def _offset_msg_ids(prefix: str, physical_offsets: list[int]) -> list[str]:
@@ -174,6 +177,16 @@ class StoreCore(MessageStore):
         """Append single sends together (see ``MessageStore.put_message_group``)."""
         if len(messages) == 1:
             return [self._put_one(messages[0])]
+        topic = messages[0].topic
+        if topic != SCHEDULE_TOPIC and list(map(_topic_of, messages)).count(topic) == len(
+            messages
+        ):
+            kinds = set(map(and_, map(_sysflag_of, messages), repeat(SYSFLAG_TRANSACTION_MASK)))
+            if len(kinds) == 1 and kinds <= QUEUED_TRANSACTION_TYPES:
+                # The common read (a producer's plain sends of one topic): one queue group,
+                # checked in a few C calls instead of a Python step per message.
+                return self._put_queue_group(
+                    messages if isinstance(messages, list) else list(messages))
         results: list[PutResult | None] = [None] * len(messages)
         # topic -> (transaction type, positions of the messages to append as one group)
         pending: dict[str, tuple[int, list[int]]] = {}

@@ -204,3 +204,16 @@ def test_a_group_of_sends_with_unique_keys_only_is_indexed_and_queued_per_queue(
     for sent, result in zip(messages, results, strict=True):
         assert entries[sent.queue_id][result.queue_offset][:2] == (
             result.physical_offset, result.wrote_bytes)
+
+
+def test_a_plain_group_of_one_topic_goes_to_one_queue_group_without_sorting(store, monkeypatch):
+    # A producer's read of plain sends to one topic: one queue group, no per-message sort
+    # by topic and kind (_put_pending is that sort's step).
+    def refuse(*args, **kwargs):
+        raise AssertionError("a one-topic plain group was sorted message by message")
+
+    monkeypatch.setattr(store, "_put_pending", refuse)
+    messages = [message("Orders", n % 3, b"p%d" % n, unique_key=f"{n:032X}") for n in range(5)]
+    results = store.put_message_group(messages)
+    assert [result.queue_offset for result in results] == [0, 0, 0, 1, 1]
+    assert [r.physical_offset for r in results] == sorted(r.physical_offset for r in results)
