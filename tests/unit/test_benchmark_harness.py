@@ -139,3 +139,11 @@ def test_recovery_bench_opens_in_every_mode(tmp_path):
     # The worst case scans and CRC-checks the whole log.
     assert report["crash (whole log)"]["scanned_bytes"] == report["log_bytes"]
     assert not any(tmp_path.iterdir())  # the store is deleted at the end
+
+
+def test_batch_cost_bench_serves_its_batch_reads(tmp_path):
+    # The broker's batch path through a stand-in connection (the send processor's group
+    # handler, the appender at the end of the iteration, every answer encoded).
+    report = last_json(run_harness("batch_cost_bench.py", "--requests", "6", "--batch", "16",
+                                   "--runs", "1", "--dir", str(tmp_path), "--json").stdout)
+    assert report["median"]["A"] > 0 and len(report["runs"]["A"]) == 1
