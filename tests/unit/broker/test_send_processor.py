@@ -276,6 +276,22 @@ def test_invalid_and_system_topics_are_system_error(broker, handlers, topic, wor
     assert broker.store.commit_log_max_offset() == 0
 
 
+def test_a_topic_sent_to_before_is_refused_once_the_broker_stops_taking_writes(broker,
+                                                                               handlers):
+    # A topic's name is checked once (it passes or fails by its text alone); the broker's
+    # state is checked on every send: a fence after a stored send refuses the next one.
+    with_topic(broker, "Orders")
+    for topic in ("bad topic!", "SCHEDULE_TOPIC_XXXX"):  # refused every time, not only once
+        again = ask(broker, handlers, send_request(topic), send_request(topic))
+        assert [response.code for response in again] == [ResponseCode.SYSTEM_ERROR] * 2
+    stored = ask(broker, handlers, send_request("Orders"))
+    broker.role.fence("lease lost (test)")
+    fenced = ask(broker, handlers, send_request("Orders"))
+    assert stored.code == ResponseCode.SUCCESS
+    assert fenced.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert "fenced: lease lost (test)" in fenced.remark and "Orders" in fenced.remark
+
+
 def test_unknown_topic_is_created_from_tbw102(make_broker, handlers, fake_namesrv):
     async def scenario():
         async with fake_namesrv() as namesrv:
