@@ -333,8 +333,10 @@ class StoreCore(MessageStore):
         group_commit = self._group_commit
         durable = (group_commit.request(physical_offset + size) if group_commit is not None
                    else None)
+        # The one id as a list of one, as a queue group's results carry theirs: an answer
+        # takes it as it is (a JoinedMsgIds costs an ABC isinstance there).
         return PutResult(PutStatus.PUT_OK, "", physical_offset, size, queue_offset,
-                         JoinedMsgIds(f"{self._msg_id_prefix}{physical_offset:016X}"),
+                         [f"{self._msg_id_prefix}{physical_offset:016X}"],
                          store_timestamp, 1, durable)
 
     def _put(self, messages: list[StoreMessage] | tuple[StoreMessage, ...]) -> PutResult:

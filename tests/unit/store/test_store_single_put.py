@@ -117,6 +117,7 @@ def test_a_lone_send_is_stored_without_the_batch_encoder(store, monkeypatch):
         first.physical_offset, second.physical_offset]
     for result in (first, second):
         assert result.message_count == 1
+        assert type(result.msg_ids) is list  # what the send answer's fast path takes as is
         assert list(result.msg_ids) == [store_core._offset_msg_ids(
             store._msg_id_prefix, [result.physical_offset])[0]]
         assert decode_offset_msg_id(result.msg_ids[0])[1] == result.physical_offset
