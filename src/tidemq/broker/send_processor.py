@@ -320,7 +320,7 @@ class SendMessageProcessor:
         ext_fields = self._response_fields()
         try:
             header = SendMessageRequestHeader.from_ext_fields(request.ext_fields, request.code)
-            is_batch = request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
+            is_batch = request.code == _SEND_BATCH_MESSAGE or header.batch
             if is_batch:
                 outcome = self._put_batch(header, request, connection)
             else:
@@ -333,7 +333,8 @@ class SendMessageProcessor:
             return RemotingCommand.response_to(request, refused.code, refused.remark, ext_fields)
         if isinstance(outcome, _QueuedBatch):
             return self._answer_appended(request, outcome, ext_fields, connection)
-        self._wake_consumers()  # a batch stored directly (single sends woke in _put_single)
+        if is_batch:
+            self._wake_consumers()  # a batch stored directly (single sends woke in _put_single)
         return self._answer(request, outcome, ext_fields, connection)
 
     async def _answer_appended(self, request: RemotingCommand, queued: _QueuedBatch,
