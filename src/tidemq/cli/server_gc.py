@@ -10,8 +10,10 @@ permanent generation that collections skip; later full collections visit only wh
 created since (the same approach large Python services take after start-up, as the CPython
 docs suggest for forked workers). Cyclic garbage made before the freeze is collected first.
 
-A frozen object that later becomes unreachable is never freed, so this is only for objects
-made by the start-up itself; it is done once, when the server says it is up.
+Reference counting still frees a frozen object once nothing refers to it; only a reference
+cycle among frozen objects is never collected. So this is only for objects made by the
+start-up itself (which live as long as the process); it is done once, when the server says
+it is up.
 """
 
 from __future__ import annotations
