@@ -42,7 +42,14 @@ def start_group(tidemq_cluster: Callable[..., TidemqCluster], role: str = "ASYNC
     }
     cluster = tidemq_cluster(brokers=names,
                              broker_overrides={n: overrides[n] for n in names})
-    return cluster, cluster.broker("master"), cluster.broker("slave") if with_slave else None
+    master_process = cluster.broker("master")
+    if role == "SYNC_MASTER" and with_slave:
+        # A SYNC_MASTER answers SLAVE_NOT_AVAILABLE until its slave has connected and
+        # acknowledged: the brokers' start says nothing of that, and a test's first sends
+        # could beat the slave's connection on a busy machine.
+        wait_until(lambda: runtime(master_process.addr).get("inSyncSlaveNums") == "1",
+                   CATCH_UP_S, 0.05, "the slave to be in sync with its SYNC_MASTER")
+    return cluster, master_process, cluster.broker("slave") if with_slave else None
 
 
 def runtime(addr: str) -> dict[str, str]:
