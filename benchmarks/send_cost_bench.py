@@ -53,6 +53,7 @@ import time
 from typing import Any
 
 from broker_bench import DevServer
+from variants import rotated, src_variants
 
 TOPIC = "SendCost"
 BODY = os.urandom(1024)
@@ -368,18 +369,14 @@ def main() -> int:
                                        args.pause_ms, args.dispatcher, args.connection)))
         print(json.dumps({"us_per_send": cost}))
         return 0
-    variants = []
-    for text in args.variant or ["A=."]:
-        name, _, src = text.partition("=")
-        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
-        variants.append((name, os.path.abspath(here if src == "." else src)))
+    variants = src_variants(args.variant)
     os.makedirs(args.dir, exist_ok=True)
     work_dir = tempfile.mkdtemp(prefix="send-cost-", dir=args.dir)
     server = DevServer(work_dir) if args.side == "producer" else None
     costs: dict[str, list[float]] = {name: [] for name, _ in variants}
     try:
         for run in range(args.runs):
-            order = variants[run % len(variants):] + variants[:run % len(variants)]
+            order = rotated(variants, run)
             for name, src in order:
                 if server is not None:
                     child = ["--child-namesrv", server.namesrv, "--window", str(args.window)]

@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 
+from variants import rotated, src_variants
+
 BODY = os.urandom(1024)
 QUEUES = 8
 WARM_UP_PUTS = 500
@@ -95,17 +97,13 @@ def main() -> int:
     if args.child_store:
         print(json.dumps(_child(args.child_store, args.group, args.puts, args.repeats)))
         return 0
-    variants = []
-    for text in args.variant or ["A=."]:
-        name, _, src = text.partition("=")
-        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
-        variants.append((name, os.path.abspath(here if src == "." else src)))
+    variants = src_variants(args.variant)
     os.makedirs(args.dir, exist_ok=True)
     work_dir = tempfile.mkdtemp(prefix="store-put-cost-", dir=args.dir)
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
     try:
         for run in range(args.runs):
-            order = variants[run % len(variants):] + variants[:run % len(variants)]
+            order = rotated(variants, run)
             for name, src in order:
                 store = os.path.join(work_dir, f"store-{run}-{name}")
                 done = subprocess.run(
