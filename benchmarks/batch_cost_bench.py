@@ -32,6 +32,8 @@ import sys
 import tempfile
 import time
 
+from answering_peer import AnsweringPeer
+
 TOPIC = "BatchCost"
 QUEUES = 8
 REPEATS = 5
@@ -50,27 +52,6 @@ async def _child(work_dir: str, requests: int, batch: int, per_read: int) -> flo
     from tidemq.protocol.frame import FrameDecoder
     from tidemq.store.config import StoreConfig
     from tidemq.store.file_store import FileMessageStore
-
-    class Producer:  # what the send processor uses of a connection
-        remote_address = "127.0.0.1:45678"
-        attributes: dict = {}
-        on_close: list = []
-        is_closing = False
-
-        def send_response(self, response: RemotingCommand) -> bool:
-            response.encode_parts()
-            return True
-
-        def send_encoded(self, parts: list) -> bool:
-            return True
-
-        def _flush(self) -> None:  # the cork's write: no socket here
-            pass
-
-        flush = _flush
-
-        def _request_done(self, count: int = 1) -> None:
-            pass
 
     body = (os.urandom(64) * 16)[:1024]
     opaque = 0
@@ -97,7 +78,7 @@ async def _child(work_dir: str, requests: int, batch: int, per_read: int) -> flo
     try:
         broker.topic_config_manager.update(TopicConfig(TOPIC, QUEUES, QUEUES))
         processor = broker.send_processor
-        producer = Producer()
+        producer = AnsweringPeer()
         producer.loop = producer._loop = asyncio.get_running_loop()  # type: ignore[attr-defined]
         decoder = FrameDecoder()
         reads = [read_of_batches(index * per_read) for index in range(DISTINCT_READS)]

@@ -52,6 +52,7 @@ import tempfile
 import time
 from typing import Any
 
+from answering_peer import AnsweringPeer
 from broker_bench import DevServer
 from variants import rotated, src_variants
 
@@ -204,29 +205,7 @@ async def _broker_child(work_dir: str, sends: int, per_read: int = SENDS_PER_REA
     from tidemq.store.file_store import FileMessageStore
 
     answered = [0]
-
-    class Producer:  # what the send processor (and the dispatcher) use of a connection
-        remote_address = "127.0.0.1:45678"
-        attributes: dict = {}
-        on_close: list = []
-        is_closing = False
-
-        def send_response(self, response: RemotingCommand) -> bool:
-            response.encode_parts()
-            answered[0] += 1
-            return True
-
-        def send_encoded(self, parts: list) -> bool:  # answers encoded already, one part each
-            answered[0] += len(parts)
-            return True
-
-        def _flush(self) -> None:  # the cork's write: no socket here
-            pass
-
-        flush = _flush
-
-        def _request_done(self, count: int = 1) -> None:
-            pass
+    producer = AnsweringPeer(answered)
 
     def read_of_sends() -> bytes:
         frames = []
@@ -245,7 +224,6 @@ async def _broker_child(work_dir: str, sends: int, per_read: int = SENDS_PER_REA
     try:
         broker.topic_config_manager.update(TopicConfig(TOPIC, 8, 8))
         processor = broker.send_processor
-        producer = Producer()
         producer.loop = producer._loop = asyncio.get_running_loop()  # type: ignore[attr-defined]
         decoder = FrameDecoder()
         reads = [read_of_sends() for _ in range(20)]

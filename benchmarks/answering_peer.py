@@ -1,0 +1,43 @@
+"""A broker connection's peer with no socket, for the in-process cost harnesses.
+
+A helper of send_cost_bench.py and batch_cost_bench.py, not a benchmark: it has no ``main``.
+One class for both, so that when the send processor or the dispatcher starts using another
+attribute of a connection, one place learns it (a stale copy once made a harness crash).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AnsweringPeer:
+    """What the broker's send processor and request dispatcher use of a connection: answers
+    are encoded as a real connection encodes them, counted in ``answered[0]`` (a list, so a
+    socket stand-in can share the count), and dropped."""
+
+    remote_address = "127.0.0.1:45678"
+    is_closing = False
+
+    def __init__(self, answered: list[int] | None = None) -> None:
+        self.answered = answered if answered is not None else [0]
+        self.attributes: dict[str, Any] = {}
+        self.on_close: list[Any] = []
+
+    def send_response(self, response: Any) -> bool:
+        """Encode one answer (a ``RemotingCommand``) and count it."""
+        response.encode_parts()
+        self.answered[0] += 1
+        return True
+
+    def send_encoded(self, parts: list[Any]) -> bool:
+        """Count answers already encoded (a send's answer is one part)."""
+        self.answered[0] += len(parts)
+        return True
+
+    def _flush(self) -> None:  # the cork's write: no socket here
+        pass
+
+    flush = _flush
+
+    def _request_done(self, count: int = 1) -> None:
+        pass
