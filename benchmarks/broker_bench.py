@@ -56,18 +56,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for_port(port: int, timeout_s: float = 30,
-                  process: subprocess.Popen | None = None) -> None:
+READY_MARKER = b"Ctrl-C to stop"  # ends the line tidemq dev prints once it serves
+
+
+def wait_until_serving(log_path: str, timeout_s: float = 60,
+                       process: subprocess.Popen | None = None) -> None:
+    """Wait for tidemq dev's ready line in its log: printed once the broker is registered
+    with the name server. Its port listens earlier, and an admin request sent in between
+    finds no broker in the cluster (``updateTopic -c`` failed so on a busy CI machine)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"the server exited ({process.returncode}) before listening")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
+        with open(log_path, "rb") as log:
+            if READY_MARKER in log.read():
                 return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"tidemq dev did not listen on port {port} within {timeout_s} s")
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the server exited ({process.returncode}) before serving")
+        time.sleep(0.05)
+    raise RuntimeError(f"tidemq dev did not print its ready line within {timeout_s:g} s")
 
 
 class DevServer:
@@ -98,7 +103,7 @@ class DevServer:
             stdout=self.log, stderr=subprocess.STDOUT, cwd=work_dir,
         )
         try:
-            wait_for_port(broker_port, process=self.process)
+            wait_until_serving(log_path, process=self.process)
         except RuntimeError:
             self.stop()  # stopped by PID, never left behind
             shutil.rmtree(os.path.join(work_dir, "store"), ignore_errors=True)

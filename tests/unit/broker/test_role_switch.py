@@ -42,11 +42,13 @@ WAIT_S = 30.0
 
 
 def free_pair() -> int:
-    """A port p with p and p + 1 free (listenPort and its HA port), below the kernel's
-    ephemeral range and in this xdist worker's slice (server_processes.free_port): a port
-    the kernel handed out as free (bind to 0) was taken by some connection before the
-    broker listened on it, on a busy machine ("address already in use")."""
-    return free_port(neighbours=(1,))
+    """A port p with p, p - 2 and p + 1 free (listenPort, its VIP port and its HA port),
+    below the kernel's ephemeral range and in this xdist worker's slice
+    (server_processes.free_port): a port the kernel handed out as free (bind to 0) was taken
+    by some connection before the broker listened on it, on a busy machine ("address already
+    in use"). p - 2 is reserved too: without it the second broker of a pair could be given
+    the first one's VIP port (the likely cause of a CI run's "address already in use")."""
+    return free_port(neighbours=(-2, 1))
 
 
 def send_request(topic: str, body: bytes, key: str) -> RemotingCommand:
