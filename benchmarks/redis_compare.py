@@ -43,6 +43,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -55,7 +56,6 @@ from broker_bench import (
     free_port,
     produce_with_cpu,
     stop_process,
-    wait_for_port,
 )
 from idle import process_cpu_s, wait_process_idle
 from latency_bench import load_average
@@ -203,6 +203,22 @@ def redis_py_dir(base_dir: str) -> str:
     with open(marker, "w") as file:
         file.write(wanted)
     return target
+
+
+def wait_for_port(port: int, timeout_s: float = 60,
+                  process: subprocess.Popen | None = None) -> None:
+    """Wait until redis-server accepts connections on ``port`` (bounded). For Redis that is
+    readiness: a fresh, empty data directory has nothing to load first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"redis-server exited ({process.returncode}) before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"redis-server did not listen on port {port} within {timeout_s:g} s")
 
 
 class RedisServer:
