@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +179,37 @@ def make_store(kind: str, store_config: StoreConfig) -> Any:
     raise ValueError(f"store kind {kind!r}: expected 'memory' or 'file'")
 
 
+def _shut_down_with_its_loop(broker: BrokerController,
+                             guards: list[AsyncGenerator[None, None]]) -> None:
+    """Make ``broker`` shut down on the loop it was started on, when that loop ends.
+
+    A test that fails between ``await broker.start()`` and its own shutdown (a port taken
+    under load, an assertion) leaves the broker running when ``asyncio.run`` returns; its
+    tasks, futures and sockets belong to that loop, which is closed by then, so a shutdown
+    at fixture teardown on a new loop failed with "Event loop is closed" and reported an
+    ERROR besides the test's failure. Instead, starting the broker also starts an async
+    generator on its loop; ``asyncio.run`` (and ``asyncio.Runner``) finalizes the async
+    generators still suspended before it closes the loop, and this one's ``finally`` shuts
+    the broker down there, cleanly, after the loop's other tasks were cancelled.
+    """
+    start = broker.start
+
+    async def until_the_loop_ends() -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            if not broker.stopped:
+                await broker.shutdown(grace_s=1.0)
+
+    async def start_guarded() -> None:
+        guard = until_the_loop_ends()
+        await anext(guard)  # suspended at its yield: the running loop now finalizes it
+        guards.append(guard)  # the loop holds it weakly; the test keeps it alive
+        await start()
+
+    broker.start = start_guarded  # type: ignore[method-assign]
+
+
 @pytest.fixture
 def make_broker(tmp_path: Path):
     """Factory of BrokerControllers (not started), each with its own store directory."""
@@ -203,13 +234,23 @@ def make_broker(tmp_path: Path):
         if wrap_store is not None:
             store = wrap_store(store)
         broker = BrokerController(config, store_config, store=store)
+        _shut_down_with_its_loop(broker, guards)
         made.append(broker)
         return broker
 
+    guards: list[AsyncGenerator[None, None]] = []
     yield make
     for broker in made:
-        if not broker.stopped:
-            asyncio.run(broker.shutdown(grace_s=1.0))
+        if broker.stopped:
+            continue
+        if not broker.started:
+            asyncio.run(broker.shutdown(grace_s=1.0))  # nothing of it is bound to a loop yet
+        else:
+            # Started on a loop that ended without asyncio.run's finalization (the guard
+            # below never ran): its tasks and sockets belong to that closed loop, and
+            # shutting it down on another would only raise "Event loop is closed". Closing
+            # the store releases its files and lock; the test's own failure says the rest.
+            broker.store.close()
 
 
 @pytest.fixture
