@@ -97,28 +97,44 @@ def test_each_request_times_out_on_its_own_deadline_whatever_the_order_sent(run)
     assert long.code == ResponseCode.SUCCESS
 
 
-def test_late_response_after_a_timeout_is_dropped(run):
+def test_late_response_after_a_timeout_is_dropped(run, caplog):
+    # The slow handler answers only once the request has timed out (an event, not a sleep
+    # racing the 20 ms: a loaded machine could start the handler late); the client is
+    # connected first, so the 20 ms is the response's alone (a connect can take longer than
+    # that under load, which failed this test with RemotingConnectError).
     async def main():
-        async def slow(request: RemotingCommand, connection: Connection) -> RemotingCommand:
-            await asyncio.sleep(0.2)
+        started = asyncio.Event()
+        release = asyncio.Event()
+
+        async def held(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+            started.set()
+            await release.wait()
             return await echo(request, connection)
 
         async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
-            server.register(ECHO, slow)
+            server.register(ECHO, held)
             server.register(RequestCode.HEART_BEAT, echo)
+            await client.invoke(address(server), RemotingCommand.request(RequestCode.HEART_BEAT))
+            late = RemotingCommand.request(ECHO)
             with pytest.raises(RemotingTimeout):
-                await client.invoke(address(server), RemotingCommand.request(ECHO), timeout_ms=20)
-            # The slow handler has answered; on one connection its late response arrives
+                await client.invoke(address(server), late, timeout_ms=20)
+            await asyncio.wait_for(started.wait(), 10)
+            release.set()
+            # The held handler has answered; on one connection its late response arrives
             # before the next request's.
-            await wait_until(lambda: server.handlers_running == 0, what="the slow handler")
+            await wait_until(lambda: server.handlers_running == 0, what="the held handler")
             connection = client.connections[address(server)]
             request = RemotingCommand.request(RequestCode.HEART_BEAT)
             response = await client.invoke(address(server), request)
-            return connection.pending_requests, request, response
+            return connection.pending_requests, late, request, response
 
-    pending, request, response = run(main())
+    with caplog.at_level(logging.DEBUG, logger="tidemq.remoting"):
+        pending, late, request, response = run(main())
     assert pending == 0
     assert response.opaque == request.opaque and response.code == ResponseCode.SUCCESS
+    dropped = [record.getMessage() for record in caplog.records
+               if "no request waits for" in record.getMessage()]
+    assert len(dropped) == 1 and f"opaque={late.opaque} from" in dropped[0], dropped
 
 
 def test_client_reconnects_after_the_server_closed_the_connection(run):
