@@ -31,7 +31,6 @@ import json
 import os
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,9 @@ from typing import IO
 from idle import process_cpu_s, wait_process_idle
 from store_bench import machine_description
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from server_processes import free_port as _test_free_port
+
 VENV_BIN = os.path.dirname(sys.executable)
 TIDEMQ = os.path.join(VENV_BIN, "tidemq")
 
@@ -50,16 +52,22 @@ TIDEMQ = os.path.join(VENV_BIN, "tidemq")
 CALIBRATION_MESSAGES = 256
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_port(*, neighbours: tuple[int, ...] = ()) -> int:
+    """A loopback port free right now (and ``port + n`` for each n in ``neighbours``).
+
+    tests/server_processes.free_port: below the kernel's ephemeral range, so an outgoing
+    connection made meanwhile (the kernel gives those any free ephemeral port) cannot take it
+    between this pick and the server's bind, as a port from ``bind(0)`` could on a busy
+    machine; under pytest (the harness tests) in the calling worker's slice of that range.
+    """
+    return _test_free_port(neighbours=neighbours)
 
 
 READY_MARKER = b"Ctrl-C to stop"  # ends the line tidemq dev prints once it serves
+DEV_START_TIMEOUT_S = 60.0
 
 
-def wait_until_serving(log_path: str, timeout_s: float = 60,
+def wait_until_serving(log_path: str, timeout_s: float = DEV_START_TIMEOUT_S,
                        process: subprocess.Popen | None = None) -> None:
     """Wait for tidemq dev's ready line in its log: printed once the broker is registered
     with the name server. Its port listens earlier, and an admin request sent in between
@@ -76,36 +84,61 @@ def wait_until_serving(log_path: str, timeout_s: float = 60,
 
 
 class DevServer:
-    """A ``tidemq dev`` process on free ports with its own store; stopped by PID."""
+    """A ``tidemq dev`` process (name server + broker) on free ports with its own store,
+    started once it serves and stopped by its PID; every benchmark's one way to start it.
 
-    def __init__(self, work_dir: str, extra_args: list[str] | None = None):
-        # Free ports are only free when asked: a neighbour may take one (the broker also
+    Args:
+        work_dir: folder of its store (``store/``) and log (``dev.log``), left in place at
+            ``stop``; when None, a temporary folder that ``stop`` deletes.
+        extra_args: more ``tidemq dev`` words (``--flushDiskType SYNC_FLUSH`` ...).
+        log_level: ``--log-level`` (tidemq dev's default when None).
+        start_new_session: run it in a session of its own (a Ctrl-C in the terminal, or a
+            signal to this benchmark's process group, does not reach it; ``stop`` does).
+        start_timeout_s: bound on the wait for its ready line.
+
+    Raises:
+        RuntimeError: it did not start in three tries (the message ends with its log).
+    """
+
+    def __init__(self, work_dir: str | None = None, extra_args: list[str] | None = None, *,
+                 log_level: str | None = None, start_new_session: bool = False,
+                 start_timeout_s: float = DEV_START_TIMEOUT_S):
+        self.temporary_dir = work_dir is None
+        self.work_dir = tempfile.mkdtemp(prefix="tidemq-dev-bench-") if work_dir is None \
+            else work_dir
+        args = list(extra_args or [])
+        if log_level is not None:
+            args += ["--log-level", log_level]
+        # Free ports are only free when asked: another process may take one (the broker also
         # binds listenPort - 2 and listenPort + 1) before the broker does; try again.
         for attempt in range(3):
             try:
-                self._start(work_dir, extra_args or [])
+                self._start(args, start_new_session, start_timeout_s)
                 return
             except RuntimeError:
                 if attempt == 2:
+                    if self.temporary_dir:
+                        shutil.rmtree(self.work_dir, ignore_errors=True)
                     raise
 
-    def _start(self, work_dir: str, extra_args: list[str]) -> None:
+    def _start(self, extra_args: list[str], start_new_session: bool,
+               start_timeout_s: float) -> None:
+        work_dir = self.work_dir
         self.namesrv_port = free_port()
-        broker_port = free_port()
-        while broker_port - 2 == self.namesrv_port:
-            broker_port = free_port()
+        broker_port = free_port(neighbours=(-2, 1))  # its VIP port below, its HA port above
         log_path = os.path.join(work_dir, "dev.log")
         self.log = open(log_path, "wb")  # noqa: SIM115
         self.process = subprocess.Popen(
             [TIDEMQ, "dev", "--namesrvPort", str(self.namesrv_port),
              "--listenPort", str(broker_port),
              "--storePathRootDir", os.path.join(work_dir, "store"), *extra_args],
-            stdout=self.log, stderr=subprocess.STDOUT, cwd=work_dir,
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=work_dir,
+            start_new_session=start_new_session,
         )
         try:
-            wait_until_serving(log_path, process=self.process)
+            wait_until_serving(log_path, start_timeout_s, process=self.process)
         except RuntimeError:
-            self.stop()  # stopped by PID, never left behind
+            stop_process(self.process, self.log, grace_s=20)  # by PID, never left behind
             shutil.rmtree(os.path.join(work_dir, "store"), ignore_errors=True)
             with open(log_path, errors="replace") as log:
                 raise RuntimeError(f"tidemq dev did not start; its log ends:\n"
@@ -114,7 +147,10 @@ class DevServer:
         self.broker_port = broker_port
 
     def stop(self) -> None:
+        """Stop it by its PID (SIGTERM, then SIGKILL after 20 s); a temporary folder goes."""
         stop_process(self.process, self.log, grace_s=20)
+        if self.temporary_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
 
 
 def stop_process(process: subprocess.Popen, log: IO[bytes], grace_s: float = 20) -> None:

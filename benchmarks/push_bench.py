@@ -30,11 +30,6 @@ import asyncio
 import contextlib
 import os
 import platform
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -42,10 +37,10 @@ from pathlib import Path
 
 import orjson
 
+from broker_bench import DevServer
 from tidemq.client import Admin, Message, Producer, PushConsumer
 from tidemq.remoting.loop import new_event_loop
 
-READY_MARKER = "Ctrl-C to stop"
 START_TIMEOUT_S = 60.0
 CONSUME_TIMEOUT_S = 600.0
 PRODUCE_BATCH = 64
@@ -85,12 +80,6 @@ class Report:
     })
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def process_cpu_s(pid: int | None) -> float | None:
     """CPU seconds (user + system) a process used so far, from /proc; None where unknown."""
     if pid is None:
@@ -104,37 +93,14 @@ def process_cpu_s(pid: int | None) -> float | None:
 
 @contextlib.contextmanager
 def dev_server() -> Iterator[tuple[str, int]]:
-    """A ``tidemq dev`` process (name server + broker) in a temporary folder; yields the
-    name server address and the process id, and stops the process (by its PID) afterwards."""
-    folder = tempfile.mkdtemp(prefix="tidemq-push-bench-")
-    namesrv_port, broker_port = _free_port(), _free_port()
-    while broker_port - 2 in (namesrv_port,) or broker_port + 1 == namesrv_port:
-        broker_port = _free_port()
-    log_path = Path(folder) / "dev.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tidemq", "dev", "--storePathRootDir",
-             os.path.join(folder, "store"), "--namesrvPort", str(namesrv_port),
-             "--listenPort", str(broker_port)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    """A ``tidemq dev`` process (name server + broker; broker_bench's DevServer) in a
+    temporary folder; yields the name server address and the process id, and stops the
+    process (by its PID) afterwards."""
+    server = DevServer(start_new_session=True)
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while READY_MARKER not in log_path.read_text(errors="replace"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("tidemq dev did not start:\n"
-                                   + log_path.read_text(errors="replace")[-3000:])
-            time.sleep(0.1)
-        yield f"127.0.0.1:{namesrv_port}", process.pid
+        yield server.namesrv, server.process.pid
     finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(20)
-        shutil.rmtree(folder, ignore_errors=True)
+        server.stop()
 
 
 async def fill(namesrv: str, topic: str, messages: int, size: int, queues: int) -> float:

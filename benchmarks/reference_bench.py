@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,10 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from broker_bench import stop_process  # noqa: E402
+from broker_bench import DevServer  # noqa: E402
 from java_runtime import client_classpath, java  # noqa: E402
 from reference_cluster import ReferenceCluster  # noqa: E402
-from server_processes import free_port  # noqa: E402
 from store_bench import machine_description  # noqa: E402
 
 SEGMENT_BYTES = 128 * 1024 * 1024
@@ -54,41 +52,7 @@ REFERENCE_HEAP_MB = 1024
 # shipped.
 APACHE_FLOW_CONTROL = {"waitTimeMillsInSendQueue": "200", "osPageCacheBusyTimeOutMills": "1000"}
 WARM_MESSAGES = 32_000
-START_TIMEOUT_S = 120.0  # a loaded machine takes longer than broker_bench's 30 s
-
-
-class TidemqDev:
-    """``tidemq dev`` on free ports with its own store, started and stopped by PID."""
-
-    def __init__(self, work_dir: str) -> None:
-        self.namesrv_port = free_port()
-        broker_port = free_port(neighbours=(-2, 1))  # the VIP port below, HA above
-        self.log = open(os.path.join(work_dir, "dev.log"), "wb")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [os.path.join(os.path.dirname(sys.executable), "tidemq"), "dev",
-             "--namesrvPort", str(self.namesrv_port), "--listenPort", str(broker_port),
-             "--storePathRootDir", os.path.join(work_dir, "store"),
-             "--mappedFileSizeCommitLog", str(SEGMENT_BYTES)],
-            stdout=self.log, stderr=subprocess.STDOUT, cwd=work_dir)
-        self.namesrv = f"127.0.0.1:{self.namesrv_port}"
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _listening(broker_port):
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                self.stop()
-                raise RuntimeError(f"tidemq dev did not listen on {broker_port} within "
-                                   f"{START_TIMEOUT_S} s (log: {work_dir}/dev.log)")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        stop_process(self.process, self.log, grace_s=30)
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
+START_TIMEOUT_S = 120.0  # bound on tidemq dev's start, twice DevServer's default, as before
 
 
 def load_average() -> str:
@@ -143,7 +107,8 @@ def start(broker: str, work_dir: str):
         cluster.start({"mappedFileSizeCommitLog": SEGMENT_BYTES, **APACHE_FLOW_CONTROL},
                       heap_mb=REFERENCE_HEAP_MB)
         return cluster, cluster.namesrv_addr
-    server = TidemqDev(work_dir)
+    server = DevServer(work_dir, ["--mappedFileSizeCommitLog", str(SEGMENT_BYTES)],
+                       start_timeout_s=START_TIMEOUT_S)
     return server, server.namesrv
 
 

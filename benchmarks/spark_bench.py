@@ -16,10 +16,11 @@ Three figures:
   ``LATENCY_GAP_S``: the shortest and the median micro-batch (Spark's ``triggerExecution``)
   among batches that read something.
 
-Without ``--namesrv`` it starts ``python -m tidemq dev`` (name server and one broker, ASYNC_FLUSH)
-on free loopback ports with its store in a temporary folder, and stops it (by its PID) at the
-end. The read and write figures are the best of ``--runs`` runs after a warm-up query (a
-session's first Python data-source query costs 7-16 s of one-off start-up).
+Without ``--namesrv`` it starts ``tidemq dev`` (name server and one broker, ASYNC_FLUSH;
+broker_bench's DevServer) on free loopback ports with its store in a temporary folder, and
+stops it (by its PID) at the end. The read and write figures are the best of ``--runs`` runs
+after a warm-up query (a session's first Python data-source query costs 7-16 s of one-off
+start-up).
 
 Each timed run starts once the server has been idle for a second (at most a minute's wait),
 so that no run pays for the background work of the one before (warming the next commit-log
@@ -40,20 +41,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from broker_bench import DevServer
 from idle import wait_process_idle
 from tidemq.client import Admin, Message, Producer
 
@@ -66,72 +64,29 @@ PRODUCE_BATCH = 256  # messages per SEND_BATCH_MESSAGE request while filling the
 PRODUCE_IN_FLIGHT = 4
 LATENCY_MESSAGES = 20
 LATENCY_GAP_S = 0.5
-DEV_START_TIMEOUT_S = 60.0
+ROUTE_TIMEOUT_S = 60.0
 
 
-def free_port() -> int:
-    """A loopback port free right now (with port-2 and port+1 for a broker's extra ports)."""
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if all(_is_free(port + d) for d in (-2, 1)):
-            return port
-    raise RuntimeError("no free loopback port found")
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-class DevServer:
-    """``python -m tidemq dev`` in a temporary folder, stopped by its PID."""
-
-    def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="tidemq-spark-bench-"))
-        self.namesrv_port = free_port()
-        self.broker_port = free_port()
-        self.log = open(self.folder / "dev.log", "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tidemq", "dev", "--storePathRootDir",
-             str(self.folder / "store"), "--namesrvPort", str(self.namesrv_port),
-             "--listenPort", str(self.broker_port)],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + DEV_START_TIMEOUT_S
-        while b"Ctrl-C to stop" not in (self.folder / "dev.log").read_bytes():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("tidemq dev did not start; see its log above")
-            time.sleep(0.1)
-
-    @property
-    def namesrv(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(30)
-        self.log.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+async def create_routed_topic(namesrv: str, topic: str) -> None:
+    """Create ``topic`` (QUEUES queues) and return once the name server routes its queues
+    (bounded): the broker registers a new topic with the name server just after answering,
+    and a producer or reader that looks the route up before that finds none."""
+    async with Admin(namesrv) as admin:
+        await admin.create_topic(topic, QUEUES)
+        deadline = time.monotonic() + ROUTE_TIMEOUT_S
+        while True:
+            with contextlib.suppress(Exception):  # not routed yet: the name server says so
+                if (await admin.topic_route(topic)).subscribe_queues(topic):
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {topic} had no route {ROUTE_TIMEOUT_S:g} s after "
+                                   f"it was created (name server {namesrv})")
+            await asyncio.sleep(0.05)
 
 
 async def _fill(namesrv: str, topic: str, count: int, size: int) -> float:
     """Create ``topic`` (8 queues) and send ``count`` messages; returns msg/s of the fill."""
-    async with Admin(namesrv) as admin:
-        await admin.create_topic(topic, QUEUES)
-    await asyncio.sleep(1.0)  # the broker registers the new topic with the name server
+    await create_routed_topic(namesrv, topic)
     body = b"x" * size
     started = time.perf_counter()
     async with Producer("spark_bench_fill", namesrv) as producer:
@@ -339,7 +294,7 @@ def main() -> None:
     }
     if not args.json:
         print("spark_bench", " ".join(f"{k}={v}" for k, v in header.items()), flush=True)
-    server = None if args.namesrv else DevServer()
+    server = None if args.namesrv else DevServer(start_new_session=True)
     namesrv = args.namesrv or server.namesrv  # type: ignore[union-attr]
     results: dict[str, Any] = {}
     meter = CpuMeter(server.process.pid if server is not None else None)
@@ -358,11 +313,7 @@ def main() -> None:
                 results["read"] = bench_read(spark, namesrv, args.messages, args.runs, meter)
                 _report(args, "read (batch, into noop)", results["read"])
             if "write" in wanted:
-                async def create() -> None:
-                    async with Admin(namesrv) as admin:
-                        await admin.create_topic(WRITE_TOPIC, QUEUES)
-                asyncio.run(create())
-                time.sleep(1.0)
+                asyncio.run(create_routed_topic(namesrv, WRITE_TOPIC))
                 if args.exactly_once:
                     both = bench_write_both(spark, namesrv, args.messages, args.size,
                                             args.runs, meter)

@@ -3,10 +3,10 @@
     .venv/bin/python benchmarks/transaction_bench.py [--messages 20000] [--size 128]
         [--concurrency 64] [--runs 3] [--namesrv HOST:PORT] [--json]
 
-Unless ``--namesrv`` names a running cluster, it starts ``python -m tidemq dev`` (name server
-and broker in one process, ASYNC_FLUSH, its own store in a temporary folder) on free loopback
-ports and stops it at the end. The client runs in this process, so broker and client each
-have their own interpreter, as in production.
+Unless ``--namesrv`` names a running cluster, it starts ``tidemq dev`` (name server and
+broker in one process, ASYNC_FLUSH, its own store in a temporary folder; broker_bench's
+DevServer) on free loopback ports and stops it at the end. The client runs in this process,
+so broker and client each have their own interpreter, as in production.
 
 Two figures per run, each on a fresh topic, the median of ``--runs`` runs reported:
 
@@ -30,22 +30,14 @@ import asyncio
 import json
 import os
 import platform
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
+from broker_bench import DevServer
+from idle import process_cpu_s
 from tidemq.client import Admin, Message, Producer
 from tidemq.client.transaction_producer import TransactionProducer, TransactionState
 from tidemq.remoting.loop import run
-
-START_TIMEOUT_S = 60.0
-READY_MARKER = "Ctrl-C to stop"
 
 
 @dataclass(slots=True)
@@ -69,57 +61,6 @@ class Figure:
         if self.broker_cpu_s is None:
             return None
         return self.broker_cpu_s / self.messages * 1e6
-
-
-class DevServer:
-    """``python -m tidemq dev`` on free loopback ports, with a temporary store."""
-
-    def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="tidemq-tx-bench-"))
-        self.namesrv_port = _free_port()
-        self.broker_port = _free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def namesrv(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
-
-    def start(self) -> None:
-        log = open(self.folder / "server.log", "wb")  # noqa: SIM115 (kept open for the child)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tidemq", "dev", "--log-level", "warning",
-             "--storePathRootDir", str(self.folder / "store"),
-             "--namesrvPort", str(self.namesrv_port), "--listenPort", str(self.broker_port)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while READY_MARKER not in (self.folder / "server.log").read_text(errors="replace"):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("tidemq dev did not start:\n"
-                                 + (self.folder / "server.log").read_text(errors="replace"))
-            time.sleep(0.05)
-
-    def cpu_s(self) -> float:
-        """User + system CPU seconds the server process has used so far."""
-        assert self.process is not None
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(30)
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _commit(message: Message) -> TransactionState:
@@ -150,14 +91,15 @@ async def _measure(name: str, namesrv: str, topic: str, messages: int, size: int
                 await one()
                 latencies.append(time.perf_counter() - started)
 
-        broker_before = server.cpu_s() if server else None
+        broker_before = process_cpu_s(server.process.pid) if server else None
         client_before = time.process_time()
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall_s = time.perf_counter() - started
         client_cpu_s = time.process_time() - client_before
         await asyncio.sleep(0.2)  # the last END_TRANSACTIONs are oneway: let the broker act
-        broker_cpu_s = server.cpu_s() - broker_before if server and broker_before else None
+        broker_cpu_s = (process_cpu_s(server.process.pid) - broker_before
+                        if server and broker_before is not None else None)
     latencies.sort()
     return Figure(
         name, messages, wall_s, client_cpu_s, broker_cpu_s,
@@ -208,10 +150,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--namesrv", help="use this running cluster instead of tidemq dev")
     parser.add_argument("--json", action="store_true", help="one JSON object as output")
     args = parser.parse_args(argv)
-    server = None if args.namesrv else DevServer()
+    # Started before the try: a DevServer that fails to start stops itself.
+    server = None if args.namesrv else DevServer(log_level="warning")
     try:
-        if server:
-            server.start()
         namesrv = args.namesrv or server.namesrv  # type: ignore[union-attr]
         if not args.json:
             print(f"machine: {machine_description()}")
