@@ -3,6 +3,7 @@
 //
 //   node scenarios.js <client> <role> --namesrv ADDR --topic T [--group G] [--count N]
 //        [--expect N] [--expression E] [--fail-first] --out FILE --timeout-s S
+//        [--deferred-ack] [--thread-count N] [--max-batch-size N]   (cpp2 consume only)
 //
 // client: "ons"  = ali-ons 3.12.0 (pure JavaScript implementation of the 4.x protocol)
 //         "cpp2" = rocketmq-nodejs 1.1.2 (native addon around the Apache C++ client 2.x core)
@@ -10,9 +11,13 @@
 //         "half" (ali-ons only) sends msg-0 .. msg-(N-1) as transactional half messages: the
 //         client marks a message with property TRAN_MSG=true as a prepared send (sysflag);
 //         it has no END_TRANSACTION of its own, the test ends the halves;
-//         "consume" push-consumes until --expect messages arrived (each delivery recorded);
-//         with --fail-first the first delivery of every message fails, so the client hands
-//         it back and it must come again from the group's retry topic.
+//         "consume" push-consumes until --expect messages arrived (each delivery recorded,
+//         with its attempt number per body and ms since start, and printed as "delivered
+//         <body> attempt <n>"); with --fail-first the first delivery of every message fails,
+//         so the client hands it back and it must come again from the group's retry topic.
+//         --deferred-ack acks from setImmediate, not in the listener; --thread-count and
+//         --max-batch-size set the addon's options of those names (tests/interop/node/
+//         retry_soak.py compares them).
 // The result document (JSON, written whole: to a temporary name, then renamed) goes to --out
 // with "ok" true when the scenario completed (else "error" says why); "CONSUMER STARTED" on
 // stdout says the consumer is subscribed. Exit 0 when the scenario completed, 1 otherwise;
@@ -33,9 +38,13 @@ function parseArgs(argv) {
       options.failFirst = true;
       continue;
     }
+    if (name === '--deferred-ack') {
+      options.deferredAck = true;
+      continue;
+    }
     const value = rest[++i];
     const key = name.replace(/^--/, '').replace(/-([a-z])/g, (_, c) => c.toUpperCase());
-    options[key] = ['count', 'expect', 'timeoutS'].includes(key) ? Number(value) : value;
+    options[key] = ['count', 'expect', 'timeoutS', 'threadCount', 'maxBatchSize'].includes(key) ? Number(value) : value;
   }
   for (const required of ['namesrv', 'topic', 'out', 'timeoutS']) {
     if (options[required] === undefined) throw new Error(`missing --${required}`);
@@ -44,6 +53,7 @@ function parseArgs(argv) {
 }
 
 const options = parseArgs(process.argv.slice(2));
+const startedAt = Date.now();
 const result = { client: options.client, role: options.role, sends: [], received: [] };
 
 function finish(ok, error) {
@@ -129,7 +139,8 @@ async function onsConsume() {
     const attempt = delivery(body);
     result.received.push({ body, tags: msg.tags, keys: msg.keys || '',
       topic: msg.retryTopic || msg.topic, msg_id: msg.msgId,
-      reconsume_times: msg.reconsumeTimes, attempt });
+      reconsume_times: msg.reconsumeTimes, attempt, at_ms: Date.now() - startedAt });
+    console.log(`delivered ${body} attempt ${attempt}`);
     if (options.failFirst && attempt === 1) throw new Error(`first delivery of ${body} fails`);
   });
   await consumer.ready();
@@ -158,21 +169,35 @@ async function cpp2Produce() {
   await producer.shutdown();
 }
 
+// How rocketmq-nodejs 1.1.2 consumes (read from its Release/*.node, N-API, and the C++ 2.x
+// core's ConsumeMessageConcurrentlyService): the core hands the listener a whole pull result
+// (up to 32 messages of one queue; the addon's maxBatchSize option sets a size the core's
+// concurrent service never reads) in one consumeMessage call. The addon emits the messages
+// one by one, each after the previous one's ack.done(), and stops at the first
+// ack.done(false) (or 30 s without an ack): the call answers RECONSUME_LATER, and the core
+// sends back EVERY message of the batch: those the listener acked before, and those it never
+// saw. A --fail-first run is exact only while a failing first delivery is alone in its
+// batch, so the test produces one message at a time (test_node_clients.py). The listener
+// acks at once: the addon has no libuv handles of its own (it calls JS through a
+// thread-safe function and waits on a std::promise), so there is no race for a later loop
+// turn to avoid, and acking later does not change what the core does with a batch.
 async function cpp2Consume() {
   const { PushConsumer } = require('rocketmq-nodejs');
   const consumer = new PushConsumer(options.group,
     { nameServer: options.namesrv, logDir: cppLogDir(), maxReconsumeTimes: 3,
-      // One consume thread: with several, whole-suite runs (busy machine) saw retried messages
-      // handed back after the listener acked them (an ack mix-up in the addon suspected).
-      threadCount: 1 });
+      ...(options.threadCount ? { threadCount: options.threadCount } : {}),
+      ...(options.maxBatchSize ? { maxBatchSize: options.maxBatchSize } : {}) });
   cpp2Credentials(consumer);
   consumer.subscribe(options.topic, options.expression);
   const delivery = deliveries();
   consumer.on('message', (msg, ack) => {
     const attempt = delivery(msg.body);
     result.received.push({ body: msg.body, tags: msg.tags, keys: msg.keys,
-      topic: msg.topic, msg_id: msg.msgId, attempt });
-    ack.done(!(options.failFirst && attempt === 1));
+      topic: msg.topic, msg_id: msg.msgId, attempt, at_ms: Date.now() - startedAt });
+    console.log(`delivered ${msg.body} attempt ${attempt}`);
+    const ok = !(options.failFirst && attempt === 1);
+    if (options.deferredAck) setImmediate(() => ack.done(ok));
+    else ack.done(ok);
   });
   await consumer.start();
   console.log('CONSUMER STARTED');
