@@ -38,6 +38,7 @@ from tidemq.protocol.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
 )
+from tidemq.store.key_columns import KeyColumns
 
 _NAME_VALUE = NAME_VALUE_SEPARATOR.encode()
 _PROPERTY = PROPERTY_SEPARATOR.encode()
@@ -58,7 +59,7 @@ class MergedProperties:
 
     properties: list[bytes]
     tags: list[str] | None
-    keys: list[Sequence[str]]
+    keys: Sequence[Sequence[str]]  # KeyColumns in the common case
     without_dropped: list[bytes] | None = None
 
 
@@ -250,14 +251,14 @@ def _texts(source: list[bytes] | bytes | None, count: int) -> list[str] | None:
 
 
 def _index_keys(unique_keys: list[str] | None, user_keys: list[str] | None
-                ) -> list[Sequence[str]]:
+                ) -> Sequence[Sequence[str]]:
     # record_encoder.index_keys for each message: UNIQ_KEY (never empty here), then each
     # non-empty KEYS token.
     assert unique_keys is not None
     if user_keys is None:
-        return list(zip(unique_keys))
+        return KeyColumns((unique_keys,))
     if KEY_SEPARATOR not in "".join(user_keys):
-        return list(zip(unique_keys, user_keys, strict=True))
+        return KeyColumns((unique_keys, user_keys))
     return [
         [unique_key, *filter(None, keys.split(KEY_SEPARATOR))]
         for unique_key, keys in zip(unique_keys, user_keys, strict=True)

@@ -96,6 +96,7 @@ from pathlib import Path
 
 from tidemq.errors import StoreError, StoreFull
 from tidemq.protocol.message import java_string_abs_hashes, java_string_hash
+from tidemq.store.key_columns import KeyColumns
 
 log = logging.getLogger(__name__)
 
@@ -988,11 +989,18 @@ class IndexService:
         # and None for a few messages of many keys each (trace messages, ~480 msg ids each,
         # stored a few together): their columns are too short to hash as a batch, so they
         # were hashed one key at a time, at twice the cost of hashing all keys together.
-        width = len(key_lists[0])
-        if (not width or width > len(key_lists)
-                or list(map(len, key_lists)).count(width) != len(key_lists)):
-            return None
-        columns = list(zip(*key_lists, strict=True))
+        columns: Sequence[Sequence[str]]
+        if isinstance(key_lists, KeyColumns):
+            columns = key_lists.columns  # as the batch path made them: no zip there and back
+            width = len(columns)
+            if width > len(key_lists):
+                return None
+        else:
+            width = len(key_lists[0])
+            if (not width or width > len(key_lists)
+                    or list(map(len, key_lists)).count(width) != len(key_lists)):
+                return None
+            columns = list(zip(*key_lists, strict=True))
         for column in columns:
             if "" in column:
                 return None

@@ -143,7 +143,7 @@ class EncodedBatch:
     store_timestamp: int
     store_timestamp_positions: list[int] | None
     tag_codes: list[int | None]
-    keys: list[list[str]] | None
+    keys: Sequence[Sequence[str]] | None  # per record (KeyColumns from the batch path)
     delay_levels: list[int] | None
     queue_ids: list[int] | None = None
 

@@ -76,6 +76,7 @@ from tidemq.store.interface import (
     QueryResult,
     StoreMessage,
 )
+from tidemq.store.key_columns import concatenated_keys, key_count
 from tidemq.store.record_encoder import (
     QUEUED_TRANSACTION_TYPES,
     EncodedBatch,
@@ -488,7 +489,7 @@ class StoreCore(MessageStore):
         index = self.index
         keys = batch.keys
         if index is not None and keys is not None and batch.indexed:
-            index.ensure_room(sum(map(len, keys)))
+            index.ensure_room(key_count(keys))
 
     def _append_failed(self, batch: EncodedBatch, log_end: int, error: StoreError) -> PutResult:
         # Called under the append lock when the commit-log append raised.
@@ -588,7 +589,7 @@ class StoreCore(MessageStore):
                 physical_offsets=list(chain.from_iterable(offsets_per_batch)),
                 sizes=[],
                 tag_codes=[],
-                keys=list(chain.from_iterable(batch.keys for batch in batches)),  # type: ignore[misc]
+                keys=concatenated_keys([batch.keys for batch in batches]),  # type: ignore[misc]
                 store_timestamp=store_timestamp,
                 queued=False,
                 indexed=True,

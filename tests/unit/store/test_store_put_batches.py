@@ -10,13 +10,15 @@ from store_helpers import small_config
 from tidemq.protocol.message import decode_records
 from tidemq.store.file_store import FileMessageStore
 from tidemq.store.interface import MessageBatch, PutStatus
+from tidemq.store.key_columns import KeyColumns
 from tidemq.store.memory_store import MemoryMessageStore
 
 NOW_S = 1_700_000_000.0  # every append of a test at one store time, so bytes compare
 
 
 def batch(topic: str, queue_id: int, name: str, count: int, body_size: int = 100,
-          keys: bool = True) -> MessageBatch:
+          keys: bool = True, key_columns: bool = False) -> MessageBatch:
+    """``key_columns``: the keys as the batch path makes them (KeyColumns), not tuples."""
     unique_keys = [f"{name}-U{n:03d}" for n in range(count)]
     user_keys = [f"{name}-k{n}" for n in range(count)]
     properties = [
@@ -27,8 +29,9 @@ def batch(topic: str, queue_id: int, name: str, count: int, body_size: int = 100
     return MessageBatch(
         topic, queue_id, [name.encode() * (body_size // len(name)) for _ in range(count)],
         properties, list(range(count)), None,
-        [(unique, user) if keys else (unique,)
-         for unique, user in zip(unique_keys, user_keys, strict=True)],
+        (KeyColumns((unique_keys, user_keys) if keys else (unique_keys,)) if key_columns
+         else [(unique, user) if keys else (unique,)
+               for unique, user in zip(unique_keys, user_keys, strict=True)]),
         born_timestamp=1_699_999_999_000, born_host="10.0.0.7:4242",
     )
 
@@ -47,6 +50,7 @@ def log_bytes(store) -> bytes:
     return store.read_commit_log(store.commit_log_min_offset(), store.commit_log_max_offset())
 
 
+@pytest.mark.parametrize("key_form", ["tuples", "columns"])
 @pytest.mark.parametrize("kind", ["file", "memory"])
 @pytest.mark.parametrize(
     ("batches", "fill"),
@@ -62,18 +66,22 @@ def log_bytes(store) -> bytes:
     ids=["one-write", "across-segments", "two-topics"],
 )
 def test_batches_appended_together_are_stored_as_one_by_one(tmp_path, monkeypatch, kind,
-                                                              batches, fill):
+                                                              batches, fill, key_form):
+    # key_form "columns": the batches appended together carry their keys as the batch path
+    # makes them (KeyColumns, joined column by column when the batches are written together);
+    # the ones put one by one as tuples: the same index entries either way.
     monkeypatch.setattr("tidemq.store.store_core.time.time", lambda: NOW_S)
     together = open_store(kind, tmp_path / "together")
     one_by_one = open_store(kind, tmp_path / "one-by-one")
     try:
         made = [batch(*shape) for shape in batches]
+        made_as = [batch(*shape, key_columns=key_form == "columns") for shape in batches]
         for store in (together, one_by_one):
             for n in range(fill):  # earlier records, so the batches start mid-segment
                 assert store.put_batch(batch("Orders", 2, f"f{n}", 1, 8000)).status \
                     is PutStatus.PUT_OK
         writes = count_writes(monkeypatch)
-        stored = together.put_batches(made)
+        stored = together.put_batches(made_as)
         if kind == "file" and not fill and len({b.topic for b in made}) == 1:
             assert writes == {"pwritev": 1}  # all batches in one system call
         expected = [one_by_one.put_batch(each) for each in made]
@@ -93,9 +101,18 @@ def test_batches_appended_together_are_stored_as_one_by_one(tmp_path, monkeypatc
                     assert [r.physical_offset for r in decode_records(b"".join(
                         found.records))] == [result.physical_offset
                                              + sum(map(len_of_record(each), range(n)))]
+        if kind == "file":
+            for store in (together, one_by_one):
+                store.flush()
+            assert index_bytes(tmp_path / "together") == index_bytes(tmp_path / "one-by-one")
     finally:
         together.close()
         one_by_one.close()
+
+
+def index_bytes(root) -> list[bytes]:
+    """The bytes of the store's index files, in name (creation) order."""
+    return [path.read_bytes() for path in sorted((root / "index").iterdir())]
 
 
 def count_writes(monkeypatch) -> dict[str, int]:
