@@ -30,6 +30,7 @@ from server_processes import free_port
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
+PORT_ATTEMPTS = 3
 
 
 def etcd_binary() -> str:
@@ -72,10 +73,30 @@ class EtcdServer:
         return self.process is not None and self.process.poll() is None
 
     def start(self) -> None:
-        """Start (on the same ports when restarted) and wait until it answers."""
-        if not self.client_port:
-            self.client_port = free_port()
-            self.peer_port = free_port()
+        """Start (on the same ports when restarted) and wait until it answers.
+
+        A first start whose ports were taken between the pick and etcd's bind (by another
+        process on the machine) is tried again on new ports, as ServerProcess does.
+        """
+        first = not self.client_port
+        for attempt in range(PORT_ATTEMPTS):
+            if first:
+                self.client_port = free_port()
+                self.peer_port = free_port()
+            log_offset = self._log_size()
+            if self._spawn_and_wait():
+                return
+            taken = "address already in use" in self._log_since(log_offset)
+            if not (first and taken) or attempt == PORT_ATTEMPTS - 1:
+                break
+            if os.path.isdir(self.data_dir):  # what the failed try wrote; a fresh start
+                shutil.rmtree(self.data_dir, ignore_errors=True)
+                self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        raise AssertionError(f"etcd did not start on 127.0.0.1:{self.client_port}:\n"
+                             f"{self.log_tail()}")
+
+    def _spawn_and_wait(self) -> bool:
+        """Start etcd and wait until it is healthy (True) or has exited (False)."""
         client = f"http://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         log = open(self.workdir / "etcd.log", "ab")  # noqa: SIM115 (closed with the process)
@@ -90,12 +111,21 @@ class EtcdServer:
         log.close()
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            assert self.process.poll() is None, f"etcd exited:\n{self.log_tail()}"
+            if self.process.poll() is not None:
+                return False
             if self._healthy():
-                return
+                return True
             time.sleep(0.05)
-        raise AssertionError(f"etcd did not answer within {START_TIMEOUT_S} s:\n"
-                             f"{self.log_tail()}")
+        self.stop()
+        return False
+
+    def _log_size(self) -> int:
+        path = self.workdir / "etcd.log"
+        return path.stat().st_size if path.exists() else 0
+
+    def _log_since(self, offset: int) -> str:
+        path = self.workdir / "etcd.log"
+        return path.read_bytes()[offset:].decode(errors="replace") if path.exists() else ""
 
     def _healthy(self) -> bool:
         with contextlib.suppress(OSError), socket.create_connection(

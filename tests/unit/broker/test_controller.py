@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import socket
 import zlib
+from collections.abc import Iterator
 
 import pytest
 
+from server_processes import free_port
 from tidemq.broker.topic_config_manager import TopicConfig
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
@@ -32,11 +35,14 @@ def send(topic: str, body: bytes = b"m") -> RemotingCommand:
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(), body)
 
 
-def refused_address() -> str:
-    """A loopback address nobody listens on (bound, then closed)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
+@contextlib.contextmanager
+def refused_address() -> Iterator[str]:
+    """A loopback address where connections are refused: a socket bound but not listening,
+    held for the whole ``with``. (A port bound and closed again could be given to the
+    test's own servers or clients, which bind port 0, before it was used.)"""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        yield f"127.0.0.1:{holder.getsockname()[1]}"
 
 
 def test_start_registers_and_shutdown_unregisters(make_broker, fake_namesrv):
@@ -77,9 +83,7 @@ def test_start_registers_and_shutdown_unregisters(make_broker, fake_namesrv):
 def test_one_unreachable_name_server_blocks_nobody_and_is_logged_once(
     make_broker, fake_namesrv, caplog
 ):
-    dead = refused_address()
-
-    async def scenario():
+    async def scenario(dead: str):
         async with fake_namesrv() as namesrv:
             broker = make_broker(namesrv_addr=f"{dead};{namesrv.address}")
             await broker.start()
@@ -89,8 +93,8 @@ def test_one_unreachable_name_server_blocks_nobody_and_is_logged_once(
             finally:
                 await broker.shutdown(grace_s=1.0)
 
-    with caplog.at_level(logging.INFO, logger="tidemq.broker"):
-        alive, second_round, registrations = asyncio.run(scenario())
+    with refused_address() as dead, caplog.at_level(logging.INFO, logger="tidemq.broker"):
+        alive, second_round, registrations = asyncio.run(scenario(dead))
     assert second_round == {dead: False, alive: True}
     assert registrations == 2
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING and dead in r.message]
@@ -173,27 +177,10 @@ def test_clean_shutdown_and_restart_keep_messages_topics_and_offsets(make_broker
     assert [record.body for record in decode_records(result.body)] == [b"survives"]
 
 
-def free_port_pair() -> int:
-    """A port P with P and P - 2 both free on loopback right now."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port < 1026:
-            continue
-        with socket.socket() as first, socket.socket() as second:
-            try:
-                first.bind(("127.0.0.1", port))
-                second.bind(("127.0.0.1", port - 2))
-            except OSError:
-                continue
-        return port
-    raise AssertionError("no free port pair found in 50 tries")
-
-
 def test_broker_also_listens_on_the_vip_port(make_broker, serve):
     for _attempt in range(5):  # another process may take a port between probe and bind
-        port = free_port_pair()
+        # Below the ephemeral range, with the VIP port (-2) and the HA port (+1) free too.
+        port = free_port(neighbours=(-2, 1))
         broker = make_broker(listen_port=port)
 
         async def scenario(broker=broker, port=port):
