@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from broker_bench import stop_process
+from broker_bench import free_port, stop_process
 from idle import main_thread_sched_s, process_cpu_s, wait_process_idle
 from store_bench import machine_description
 from tidemq.protocol import jsonx
@@ -55,30 +55,12 @@ READY_MARKER = "Ctrl-C to stop"
 SEGMENT_BYTES = 256 * 1024 * 1024  # fewer rolls than the tests' 16 MiB, less than 1 GiB of disk
 
 
-def free_port(gap: int = 0) -> int:
-    """A free port whose neighbours -2 and +1 are free too (a broker's VIP and HA ports)."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if all(_free(port + d) for d in (-2, 1)) and port > 1024 + gap:
-            return port
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 class Server:
     """One ``tidemq namesrv|broker`` process; stopped by PID."""
 
     def __init__(self, work_dir: str, name: str, kind: str, args: list[str]) -> None:
-        self.port = free_port()
+        # Below the ephemeral range, with a broker's VIP (-2) and HA (+1) ports free too.
+        self.port = free_port(neighbours=(-2, 1))
         self.addr = f"127.0.0.1:{self.port}"
         self.log_path = os.path.join(work_dir, f"{name}.log")
         self.log = open(self.log_path, "wb")  # noqa: SIM115
