@@ -30,8 +30,9 @@ class AnsweringPeer:
         return True
 
     def send_encoded(self, parts: list[Any]) -> bool:
-        """Count answers already encoded (a send's answer is one part)."""
-        self.answered[0] += len(parts)
+        """Count answers already encoded (one frame per answer, however they are split
+        into parts: a group's answers may come as one part)."""
+        self.answered[0] += count_frames(parts)
         return True
 
     def _flush(self) -> None:  # the cork's write: no socket here
@@ -41,3 +42,18 @@ class AnsweringPeer:
 
     def _request_done(self, count: int = 1) -> None:
         pass
+
+
+def count_frames(parts: list[Any]) -> int:
+    """How many frames start in ``parts`` (whole frames, back to back, each part holding
+    the starts of one or more frames or the rest of one, such as a body left uncopied)."""
+    count = 0
+    left = 0  # bytes of the current frame still to come in the next parts
+    for part in parts:
+        size = len(part)
+        position = left
+        while position < size:
+            count += 1
+            position += 4 + int.from_bytes(part[position:position + 4], "big")
+        left = position - size
+    return count

@@ -52,7 +52,7 @@ import tempfile
 import time
 from typing import Any
 
-from answering_peer import AnsweringPeer
+from answering_peer import AnsweringPeer, count_frames
 from broker_bench import DevServer
 from variants import rotated, src_variants
 
@@ -294,7 +294,7 @@ class _Transport(asyncio.Transport):
         return self._closing
 
     def writelines(self, parts) -> None:  # type: ignore[no-untyped-def]
-        self._answered[0] += len(parts)
+        self._answered[0] += count_frames(parts)
 
     def pause_reading(self) -> None:
         pass

@@ -63,12 +63,14 @@ import logging
 import random
 import time
 from collections.abc import Awaitable
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidemq.broker.batch_appender import SYNC_CHUNK_MESSAGES, BatchAppender
 from tidemq.broker.config import PERM_READ, PERM_WRITE
 from tidemq.broker.exactly_once.records import EOS_COMMIT_DROPPED
 from tidemq.broker.ha.flush_waits import settle_ready
+from tidemq.broker.plain_sends import PlainSends, plain_messages, read_plain_sends
 from tidemq.broker.schedule_service import PROPERTY_DELAY_QUEUE_OFFSET, redirect_delayed
 from tidemq.broker.send_back_processor import (
     DLQ_QUEUE_NUMS,
@@ -110,7 +112,8 @@ from tidemq.protocol.message import (
     decode_properties,
 )
 from tidemq.protocol.msgid import new_unique_key, new_unique_keys
-from tidemq.remoting.dispatch import LaterResponse
+from tidemq.protocol.send_answers import encode_send_answers
+from tidemq.remoting.dispatch import EncodedAnswers, LaterResponse
 from tidemq.store.batch_properties import merge_batch_properties
 from tidemq.store.config import FlushDiskType
 from tidemq.store.interface import (
@@ -164,6 +167,13 @@ _PUT_OK = PutStatus.PUT_OK
 _SUCCESS = int(ResponseCode.SUCCESS)
 _PYTHON = LanguageCode.PYTHON
 _SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
+# A group's put results read by columns (``_serve_plain``).
+_STATUS = attrgetter("status")
+_DURABLE = attrgetter("durable")
+_MSG_IDS = attrgetter("msg_ids")
+_QUEUE_OFFSET = attrgetter("queue_offset")
+_WROTE_BYTES = attrgetter("wrote_bytes")
+_FIRST = itemgetter(0)
 # ``redirect_special_delivery`` leaves a message without any of these properties as it is
 # (not transactional, not delayed, no scheduler mark to drop): most sends skip its calls.
 _SPECIAL_DELIVERY_KEYS = frozenset(
@@ -295,7 +305,7 @@ class SendMessageProcessor:
             RequestCode.SEND_MESSAGE_V2,
             RequestCode.SEND_BATCH_MESSAGE,
         ):
-            server.register(code, self.handle_now, group_handler=self.handle_group_now,
+            server.register(code, self.handle_now, group_handler=self.serve_group_now,
                             immediate=True)
 
     async def handle(self, request: RemotingCommand, connection: Connection
@@ -369,6 +379,84 @@ class SendMessageProcessor:
             return answered
         return await answered
 
+    def serve_group_now(
+        self, requests: list[RemotingCommand], connection: Connection
+    ) -> (EncodedAnswers | list[RemotingCommand | LaterResponse | None]
+          | Awaitable[list[RemotingCommand | LaterResponse | None]]):
+        """The server's group handler: a group of plain single sends (plain_sends.py) read
+        by columns and, when every one is stored and nothing is left to wait for, answered
+        with their frames encoded together; any other group as ``handle_group_now``."""
+        settle_ready(connection.loop)  # answers of syncs done meanwhile go out first
+        sends = read_plain_sends(requests)
+        if sends is not None:
+            answered = self._serve_plain(sends, requests, connection)
+            if answered is not None:
+                return answered
+        return self.handle_group_now(requests, connection)
+
+    def _serve_plain(
+        self, sends: PlainSends, requests: list[RemotingCommand], connection: Connection
+    ) -> EncodedAnswers | list[RemotingCommand | LaterResponse | None] | None:
+        """Store and answer a group of plain single sends; None, with nothing done, when
+        one of them would not pass every check (the general path then answers it)."""
+        topic = sends.topic
+        config = self._config
+        topic_config = self._topics.get(topic)
+        if (
+            topic_config is None
+            or topic not in self._sendable_topic_names  # the name's checks: passed before
+            or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+            or not self._role.accepts_writes
+            or not config.broker_permission & PERM_WRITE
+            or not topic_config.perm & PERM_WRITE
+            or max(sends.queue_ids) >= max(topic_config.read_queue_nums,
+                                           topic_config.write_queue_nums)
+            or max(map(len, sends.bodies)) > self._store_config.max_message_size
+            or max(map(len, sends.properties)) * 3 > PROPERTIES_SIZE_MAX
+        ):
+            return None
+        messages = plain_messages(sends, config.broker_cluster_name,
+                                  topic_config.topic_filter_type == MULTI_TAG,
+                                  connection.remote_address)
+        if messages is None:
+            return None
+        self._store.prepare_queue_files(topic, topic_config.write_queue_nums)
+        self._batches.flush()  # the batches served before them first
+        holds = self._pull_holds
+        if holds is not None:
+            holds.wake_after_put()
+        started = time.monotonic()
+        try:
+            results = self._store.put_message_group(messages)
+        finally:
+            self._wake_consumers()
+        elapsed_s = time.monotonic() - started
+        stats = self._stats
+        stats.record_put_latency(elapsed_s)
+        statuses = list(map(_STATUS, results))
+        count = len(results)
+        if statuses.count(_PUT_OK) == count:
+            stats.record_put(count, sum(map(_WROTE_BYTES, results)), int(elapsed_s * 1000),
+                             topic)
+            # Answered now when none waits for the disk or a slave: the first stored (the
+            # lowest offset) tells for all, since the role's test is the same for each.
+            if (list(map(_DURABLE, results)).count(None) == count
+                    and self._role.stored_status_now(results[0]) is _PUT_OK):
+                frames = encode_send_answers(
+                    sends.opaques, list(map(_FIRST, map(_MSG_IDS, results))), sends.queue_ids,
+                    list(map(_QUEUE_OFFSET, results)), region=config.region_id,
+                    trace_on=config.trace_on, version=TIDEMQ_VERSION)
+                if frames is not None:
+                    return EncodedAnswers(frames, _SUCCESS)
+        else:
+            for result in results:
+                stats.record_put_result(result, 1, int(elapsed_s * 1000), topic)
+        outcomes: list[_Stored | _QueuedBatch | RemotingCommand | LaterResponse | None] = [
+            _Stored(result, True, queue_id)
+            for result, queue_id in zip(results, sends.queue_ids, strict=True)
+        ]
+        return self._group_answers(requests, outcomes, connection)  # type: ignore[return-value]
+
     def handle_group_now(
         self, requests: list[RemotingCommand], connection: Connection
     ) -> (list[RemotingCommand | LaterResponse | None]
@@ -404,6 +492,16 @@ class SendMessageProcessor:
                 ))
         self._put_singles(singles, outcomes)
         self._wake_consumers()
+        return self._group_answers(requests, outcomes, connection)
+
+    def _group_answers(
+        self, requests: list[RemotingCommand],
+        outcomes: list[_Stored | _QueuedBatch | RemotingCommand | LaterResponse | None],
+        connection: Connection,
+    ) -> (list[RemotingCommand | LaterResponse | None]
+          | Awaitable[list[RemotingCommand | LaterResponse | None]]):
+        """The responses to a group whose sends are stored or queued (``outcomes``), in
+        order: now, or a coroutine of them when one must wait."""
         for outcome in outcomes:
             if isinstance(outcome, _QueuedBatch):
                 # Before any send is answered: an answer may register a wait for the disk's

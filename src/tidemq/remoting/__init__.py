@@ -7,7 +7,7 @@ It knows nothing of messages; the broker, name server and client build on it.
 
 from tidemq.remoting.client import RemotingClient
 from tidemq.remoting.connection import Connection, ConnectionEvent, ConnectionListener
-from tidemq.remoting.dispatch import Handler, LaterResponse, RequestDispatcher
+from tidemq.remoting.dispatch import EncodedAnswers, Handler, LaterResponse, RequestDispatcher
 from tidemq.remoting.errors import (
     RemotingClosed,
     RemotingConnectError,
@@ -22,6 +22,7 @@ __all__ = [
     "Connection",
     "ConnectionEvent",
     "ConnectionListener",
+    "EncodedAnswers",
     "Handler",
     "LaterResponse",
     "RemotingClient",

@@ -19,6 +19,11 @@ in one pass this way (one task, one store append), where a task per request cost
 the send itself; producers' oneway END_TRANSACTIONs share one end-writer flush. A lone
 request still goes to ``handler``.
 
+A group handler may also answer a whole group at once with ``EncodedAnswers``: the frames
+of every response, encoded already, in the requests' order (the broker's plain single sends,
+broker/plain_sends.py: no response object per send). It is only for a group of two-way
+requests that all got the same response code.
+
 A code may instead have an *immediate* handler, a plain ``def handler(request, connection)
 -> RemotingCommand | None`` that never waits (the broker's PULL_MESSAGE: a read of the store,
 or parking the request): it runs as the request is dispatched, with no task of its own, and
@@ -113,6 +118,21 @@ class LaterResponse:
             finish(response)
         else:
             self._finish = finish
+
+
+class EncodedAnswers:
+    """What a group handler may return in place of its list: the responses to every request
+    of the group, already encoded (each frame with its request's opaque, the response flag
+    and the request's serialize type), back to back in the requests' order, all with
+    response code ``code``. The requests must all be two-way (a oneway one gets no
+    response). The dispatcher writes ``frames`` as they are and counts the group as
+    ``len(requests)`` responses of ``code``."""
+
+    __slots__ = ("code", "frames")
+
+    def __init__(self, frames: bytes, code: int) -> None:
+        self.frames = frames
+        self.code = code
 
 
 Handler = Callable[
@@ -430,13 +450,18 @@ class RequestDispatcher:
         started = time.perf_counter() if observer is not None else 0.0
         try:
             answered = route.group_handler(requests, connection)  # type: ignore[misc]
-            if not isinstance(answered, list):
-                self._spawn(_serve_group(route, requests, connection, observer, flush,
-                                         answered, started), connection)
-                return
-            responses = _counted(answered, requests)
+            if type(answered) is not EncodedAnswers:
+                if not isinstance(answered, list):
+                    self._spawn(_serve_group(route, requests, connection, observer, flush,
+                                             answered, started), connection)
+                    return
+                responses = _counted(answered, requests)
         except Exception as exc:
+            answered = None
             responses = _group_failed(requests, connection, exc)
+        if type(answered) is EncodedAnswers:
+            _answer_encoded(route, requests, answered, connection, observer, flush, started)
+            return
         _answer_group(route, requests, responses, connection, observer, flush, started)
 
     def _ask_guard(self, request: RemotingCommand, connection: Connection) -> object:
@@ -591,12 +616,18 @@ async def _serve_group(
     try:
         if awaitable is None:
             awaitable = route.group_handler(requests, connection)  # type: ignore[misc]
-        responses = _counted(await awaitable, requests)  # type: ignore[misc]
+        answered = await awaitable  # type: ignore[misc]
+        if type(answered) is not EncodedAnswers:
+            responses = _counted(answered, requests)
     except Exception as exc:
+        answered = None
         responses = _group_failed(requests, connection, exc)
     except BaseException:  # cancelled (shutdown): nothing will answer them
         _group_done(route, connection, len(requests))
         raise
+    if type(answered) is EncodedAnswers:
+        _answer_encoded(route, requests, answered, connection, observer, flush, started)
+        return
     _answer_group(route, requests, responses, connection, observer, flush, started)
 
 
@@ -658,6 +689,22 @@ def _answer_group(
             connection._flush()
     finally:
         _group_done(route, connection, len(requests) - later)
+
+
+def _answer_encoded(
+    route: _Route, requests: list[RemotingCommand], answers: EncodedAnswers,
+    connection: Connection, observer: RequestObserver | None, flush: bool, started: float,
+) -> None:
+    """``_answer_group`` for a group answered with ``EncodedAnswers``."""
+    try:
+        connection.send_encoded([answers.frames])
+        if observer is not None:
+            observer(requests[0].code, answers.code, time.perf_counter() - started,
+                     len(requests))
+        if flush:
+            connection._flush()
+    finally:
+        _group_done(route, connection, len(requests))
 
 
 def _group_done(route: _Route, connection: Connection, served: int) -> None:

@@ -1,0 +1,102 @@
+"""The SUCCESS answers to a group of single sends, encoded together from columns.
+
+A broker stores the single sends of one read together and answers every one of them with the
+same kind of response: code SUCCESS, no remark, no body, and the extFields of
+``SendMessageResponseHeader`` (MSG_REGION, TRACE_ON, msgId, queueId, queueOffset). Built one
+by one, each answer costs a dict, a ``RemotingCommand``, an ``orjson.dumps`` and the frame's
+head: about 2.7 us of a broker's ~22 us per send at 20,000 msg/s. ``encode_send_answers``
+writes the same bytes from columns, with what every answer of the group shares (region,
+trace switch, language, version) put into one template once.
+
+The bytes are exactly those ``RemotingCommand.encode_parts`` writes for such a response
+(JSON serialize type, as fastjson writes it: compact, keys sorted, the remark left out):
+
+    int32 frame length | int32 (0 << 24 | header length) | header
+    header = {"code":0,"extFields":{"MSG_REGION":<region>,"TRACE_ON":<"true"|"false">,
+              "msgId":"<id>","queueId":"<n>","queueOffset":"<n>"},"flag":1,
+              "language":"PYTHON","opaque":<n>,"serializeTypeCurrentRPC":"JSON",
+              "version":<n>}
+
+(uppercase keys sort before lowercase ones). tests/unit/protocol/test_send_answers.py checks
+the two against each other.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from itertools import chain
+
+import orjson
+
+from tidemq.protocol.codes import FLAG_RESPONSE, LanguageCode, ResponseCode
+
+_FRAME_HEAD = struct.Struct(">iI")  # frame length, header word (serialize type JSON = 0)
+_HEADER_WORD_SIZE = 4
+_INT32_MIN = -(2**31)
+_INT32_MAX = 2**31 - 1
+
+
+def encode_send_answers(
+    opaques: Sequence[int],
+    msg_ids: Sequence[str],
+    queue_ids: Sequence[int],
+    queue_offsets: Sequence[int],
+    *,
+    region: str,
+    trace_on: bool,
+    version: int,
+    language: LanguageCode = LanguageCode.PYTHON,
+) -> bytes | None:
+    """The frames of SUCCESS send responses, one per row of the columns, back to back.
+
+    Args:
+        opaques: each request's opaque (int32), which its response carries.
+        msg_ids: each stored message's offset msg id (uppercase hex, as the store makes them).
+        queue_ids: the queue each send named.
+        queue_offsets: each message's queue offset.
+        region: MSG_REGION (the broker's regionId).
+        trace_on: TRACE_ON (the broker's traceOn).
+        version: the responses' version field.
+        language: the responses' language.
+
+    Returns:
+        The frames, or None when some value is not one this template writes exactly as the
+        general encoder would (a msg id that is not plain ASCII letters and digits, a number
+        outside int32, a region JSON cannot hold): encode those responses one by one
+        instead.
+    """
+    count = len(opaques)
+    if count == 0:
+        return b""
+    joined_ids = "".join(msg_ids)
+    if (
+        not joined_ids.isalnum()
+        or not joined_ids.isascii()
+        or min(opaques) < _INT32_MIN
+        or max(opaques) > _INT32_MAX
+        or not _INT32_MIN <= version <= _INT32_MAX
+    ):
+        return None
+    try:
+        # The region is the only text that may need JSON escaping: done once here, by the
+        # encoder the general path uses.
+        region_json = orjson.dumps(region)
+    except TypeError:  # orjson.JSONEncodeError: a lone surrogate; the general path names it
+        return None
+    head = (
+        b'{"code":' + str(int(ResponseCode.SUCCESS)).encode()
+        + b',"extFields":{"MSG_REGION":' + region_json
+        + b',"TRACE_ON":' + (b'"true"' if trace_on else b'"false"')
+        + b',"msgId":"'
+    ).decode().replace("%", "%%")  # the template's own % signs are the values' places
+    tail = (
+        '"},"flag":' + str(FLAG_RESPONSE) + ',"language":"' + language.name + '","opaque":%d'
+        ',"serializeTypeCurrentRPC":"JSON","version":' + str(version) + "}"
+    )
+    template = head + '%s","queueId":"%d","queueOffset":"%d' + tail
+    headers = list(map(str.encode, map(
+        template.__mod__, zip(msg_ids, queue_ids, queue_offsets, opaques, strict=True))))
+    lengths = list(map(len, headers))
+    heads = map(_FRAME_HEAD.pack, [length + _HEADER_WORD_SIZE for length in lengths], lengths)
+    return b"".join(chain.from_iterable(zip(heads, headers, strict=True)))

@@ -1,0 +1,201 @@
+"""Plain single sends served by columns (broker/plain_sends.py): the same stored records and
+the same answer bytes as the general group path, and the general path for anything else."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from test_send_group import FakePeer
+from test_send_processor import stored, with_topic
+
+from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
+from tidemq.protocol.command import RemotingCommand
+from tidemq.protocol.message import SYSFLAG_MULTI_TAGS, encode_properties
+from tidemq.remoting.dispatch import EncodedAnswers
+
+PEER = "127.0.0.1:45678"
+TOPIC = "Orders"
+
+
+def producer_send(number: int, *, topic: str = TOPIC, queue_id: int | None = None,
+                  properties: dict[str, str] | None = None, body: bytes | None = None,
+                  extra_fields: dict[str, str] | None = None) -> RemotingCommand:
+    """A SEND_MESSAGE_V2 request with the extFields tidemq's Producer sends for
+    ``send(Message(...))`` (tests/unit/client pins that shape; the a..n short names)."""
+    if properties is None:
+        properties = {"UNIQ_KEY": f"C0A80001{number:024X}"}
+    fields = {"a": "pg", "b": topic, "c": "TBW102", "d": "4",
+              "e": str(number % 4 if queue_id is None else queue_id), "f": "0",
+              "g": str(1_700_000_000_000 + number), "h": "0",
+              "i": encode_properties(properties), "n": "broker-a", **(extra_fields or {})}
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields,
+                                   body if body is not None else f"m{number}".encode())
+
+
+def answer_bytes(requests, answered) -> bytes:
+    """The bytes the dispatcher writes for a group handler's answer (dispatch.py)."""
+    if type(answered) is EncodedAnswers:
+        return answered.frames
+    frames = []
+    for request, response in zip(requests, answered, strict=True):
+        response.opaque = request.opaque
+        response.flag |= FLAG_RESPONSE
+        response.serialize_type = request.serialize_type
+        frames.append(response.encode())
+    return b"".join(frames)
+
+
+def serve(broker, requests, *, plain: bool):
+    """One group through the server's group handler (``plain``) or the general one; the
+    topic's name was sent to once before, as the general path remembers names it checked."""
+
+    async def scenario():
+        peer = FakePeer(PEER)
+        processor = broker.send_processor
+        warm = producer_send(10_000, topic=requests[0].ext_fields["b"], queue_id=0)
+        processor.handle_group_now([warm], peer)
+        if plain:
+            answered = processor.serve_group_now(requests, peer)
+        else:
+            answered = processor.handle_group_now(requests, peer)
+        if not isinstance(answered, (list, EncodedAnswers)):
+            answered = await answered
+        return answered
+
+    return asyncio.run(scenario())
+
+
+def records_of(broker, topic=TOPIC):
+    """What two brokers store alike (a UNIQ_KEY the broker made for a send without one is
+    random: only its presence compared; store times differ)."""
+    return [
+        (record.queue_offset, record.physical_offset, record.body,
+         {**record.properties, "UNIQ_KEY": bool(record.properties.get("UNIQ_KEY"))},
+         record.flag, record.sysflag, record.born_timestamp, record.born_host)
+        for queue_id in range(4) for record in stored(broker, topic, queue_id)
+    ]
+
+
+@pytest.mark.parametrize("filter_type", ["SINGLE_TAG", "MULTI_TAG"])
+@pytest.mark.parametrize("count", [2, 31])
+def test_a_plain_group_is_stored_and_answered_as_the_general_path_does(
+        make_broker, count, filter_type):
+    plain_broker, general_broker = make_broker(), make_broker()
+    for broker in (plain_broker, general_broker):
+        with_topic(broker, TOPIC, topic_filter_type=filter_type)
+    requests = [producer_send(n) for n in range(count)]
+
+    plain = serve(plain_broker, requests, plain=True)
+    general = serve(general_broker, requests, plain=False)
+
+    assert type(plain) is EncodedAnswers  # the columns' path answered, not the general one
+    assert plain.code == ResponseCode.SUCCESS
+    assert answer_bytes(requests, plain) == answer_bytes(requests, general)
+    assert records_of(plain_broker) == records_of(general_broker)
+    assert [record.properties for queue_id in range(4)
+            for record in stored(plain_broker, TOPIC, queue_id)] == [
+        record.properties for queue_id in range(4)
+        for record in stored(general_broker, TOPIC, queue_id)]
+    records = records_of(plain_broker)
+    assert len(records) == count + 1
+    assert all(record[3]["CLUSTER"] and record[3]["UNIQ_KEY"] for record in records)
+    assert all(bool(record[5] & SYSFLAG_MULTI_TAGS) == (filter_type == "MULTI_TAG")
+               for record in records)
+
+
+def not_plain_groups():
+    """Groups with one send the columns' path must leave to the general one (by name)."""
+    def group(odd):
+        return [producer_send(0), odd, producer_send(2)]
+
+    return {
+        "WAIT property": group(producer_send(1, properties={"UNIQ_KEY": "AB" * 16,
+                                                            "WAIT": "false"})),
+        "no UNIQ_KEY": group(producer_send(1, properties={"TAGS": "t"})),
+        "delayed": group(producer_send(1, properties={"UNIQ_KEY": "AB" * 16,
+                                                      "DELAY": "2"})),
+        "transactional": group(producer_send(1, properties={"UNIQ_KEY": "AB" * 16,
+                                                            "TRAN_MSG": "true"})),
+        "CLUSTER given": group(producer_send(1, properties={"UNIQ_KEY": "AB" * 16,
+                                                            "CLUSTER": "other"})),
+        "another topic": group(producer_send(1, topic="Other")),
+        "a field more": group(producer_send(1, extra_fields={"j": "0"})),
+        "queue out of range": group(producer_send(1, queue_id=9)),
+        "body too large": group(producer_send(1, body=b"x" * (4 * 1024 * 1024 + 1))),
+        "empty name in properties": group(producer_send(1, properties={
+            "UNIQ_KEY": "AB" * 16, "": "v"})),
+        "retry topic": [producer_send(n, topic="%RETRY%g") for n in range(3)],
+    }
+
+
+@pytest.mark.parametrize("name", sorted(not_plain_groups()))
+def test_a_group_that_is_not_plain_is_answered_by_the_general_path(make_broker, name):
+    plain_broker, general_broker = make_broker(), make_broker()
+    for broker in (plain_broker, general_broker):
+        for topic in (TOPIC, "Other", "%RETRY%g"):
+            with_topic(broker, topic)
+
+    plain = serve(plain_broker, not_plain_groups()[name], plain=True)
+    general = serve(general_broker, not_plain_groups()[name], plain=False)
+
+    assert type(plain) is list
+    assert [r.code for r in plain] == [r.code for r in general]
+    assert [r.remark for r in plain] == [r.remark for r in general]
+    assert [r.ext_fields for r in plain] == [r.ext_fields for r in general]
+    for topic in (TOPIC, "Other", "%RETRY%g"):
+        assert records_of(plain_broker, topic) == records_of(general_broker, topic)
+
+
+def test_a_oneway_send_in_the_group_leaves_it_to_the_general_path(broker):
+    with_topic(broker, TOPIC)
+    oneway = producer_send(1)
+    oneway.flag |= FLAG_ONEWAY
+    answered = serve(broker, [producer_send(0), oneway], plain=True)
+    assert type(answered) is list
+    assert len(records_of(broker)) == 3
+
+
+def test_a_slave_refuses_a_plain_group_as_the_general_path_does(make_broker):
+    slave = make_broker(broker_role="SLAVE", broker_id=1)
+    with_topic(slave, TOPIC)
+    answered = serve(slave, [producer_send(n) for n in range(3)], plain=True)
+    assert type(answered) is list
+    assert {r.code for r in answered} == {ResponseCode.SERVICE_NOT_AVAILABLE}
+
+
+def test_plain_sends_that_arrive_together_over_the_network_are_answered_by_columns(
+        broker, serve):
+    with_topic(broker, TOPIC)
+    processor = broker.send_processor
+    by_columns = []
+    serve_plain = processor._serve_plain
+
+    def counted(sends, requests, connection):
+        answered = serve_plain(sends, requests, connection)
+        by_columns.append(type(answered) is EncodedAnswers)
+        return answered
+
+    processor._serve_plain = counted
+    count = 200
+
+    async def scenario():
+        async with serve(broker) as link:
+            await link.invoke(producer_send(count, queue_id=0))  # the topic's name checked
+            requests = [producer_send(n) for n in range(count)]
+            responses = await asyncio.gather(*(link.invoke(request) for request in requests))
+            return responses, [stored(broker, TOPIC, queue_id) for queue_id in range(4)]
+
+    responses, queues = asyncio.run(scenario())
+    assert [r.code for r in responses] == [ResponseCode.SUCCESS] * count
+    assert any(by_columns)  # several sends of one read went the columns' way
+    for queue_id in range(4):
+        records = [record for record in queues[queue_id]
+                   if record.body != f"m{count}".encode()]  # the first send, before them
+        assert [record.body for record in records] == [
+            f"m{n}".encode() for n in range(count) if n % 4 == queue_id]
+        answered = [r for n, r in enumerate(responses) if n % 4 == queue_id]
+        assert [int(r.ext_fields["queueOffset"]) for r in answered] == [
+            record.queue_offset for record in records]
+        assert [r.ext_fields["msgId"] for r in answered] == [
+            record.offset_msg_id for record in records]
