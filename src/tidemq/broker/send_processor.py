@@ -53,7 +53,10 @@ Sends that arrive in one read (a producer with many in flight) are served by ``h
 each is checked and shaped as above, then the single messages go to the store together
 (``put_message_group``: one append for all of them, each queue in arrival order) and each
 gets the response ``handle`` would have given. A batch request among them is stored in its
-place in the order.
+place in the order. A group of plain single sends (tidemq's producer's, all alike: see
+plain_sends.py) is read by columns instead, checked once, stored the same way and, when none
+waits for the disk or a slave, answered with its responses encoded together
+(``serve_group_now``, ``protocol.send_answers``); the general path serves every other group.
 """
 
 from __future__ import annotations
