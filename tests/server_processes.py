@@ -130,6 +130,26 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
+class DevBrokerPorts:
+    """``ports(namesrv_port)``: the broker's listenPort for a ``tidemq dev`` run as a
+    ServerProcess (whose own port is its name server's), from ``make_args``.
+
+    One broker port per name-server port, picked with its -2 (VIP) and +1 (HA) neighbours
+    free the first time that name-server port is seen: ServerProcess picks a new port after
+    a "cannot listen" start, so a broker port taken meanwhile is replaced as well (a broker
+    port picked once outside ``make_args`` failed the same way on every retry), and a
+    restart, on the same name-server port, keeps the broker's.
+    """
+
+    def __init__(self) -> None:
+        self._by_namesrv_port: dict[int, int] = {}
+
+    def __call__(self, namesrv_port: int) -> int:
+        if namesrv_port not in self._by_namesrv_port:
+            self._by_namesrv_port[namesrv_port] = free_port(neighbours=(-2, 1))
+        return self._by_namesrv_port[namesrv_port]
+
+
 def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0,
                interval_s: float = 0.05, what: str = "condition") -> None:
     """Poll ``condition`` until it is true; AssertionError naming ``what`` after timeout_s."""

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from server_processes import option_args
+from server_processes import DevBrokerPorts, option_args
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
@@ -30,17 +30,18 @@ def cluster_info(remoting_call, namesrv_addr: str) -> dict:
     return jsonx.loads(response.body)
 
 
-def test_dev_runs_a_name_server_and_a_broker(tidemq_server, free_port, test_broker_settings,
+def test_dev_runs_a_name_server_and_a_broker(tidemq_server, test_broker_settings,
                                              remoting_call, tmp_path):
-    broker_port = free_port(neighbours=(-2, 1))
+    broker_ports = DevBrokerPorts()
     store = tmp_path / "dev-data"
 
     def make_args(port: int) -> list[str]:
-        return ["--namesrvPort", str(port), "--listenPort", str(broker_port),
+        return ["--namesrvPort", str(port), "--listenPort", str(broker_ports(port)),
                 "--storePathRootDir", str(store), *option_args(test_broker_settings)]
 
     dev = tidemq_server("dev", "dev", make_args)
     dev.start()
+    broker_port = broker_ports(dev.port)
     banner = (f"tidemq dev: name server 127.0.0.1:{dev.port}, broker broker-a "
               f"127.0.0.1:{broker_port} (cluster DefaultCluster), store {store}")
     printed = re.search(re.escape(banner) + r", console (http://127\.0\.0\.1:\d+/), metrics "
@@ -137,7 +138,7 @@ def test_second_broker_on_the_same_store_fails_clearly(tidemq_cluster, free_port
 
 
 def test_broker_raises_its_open_file_soft_limit_to_the_hard_limit(
-        tidemq_server, free_port, test_broker_settings, tmp_path):
+        tidemq_server, test_broker_settings, tmp_path):
     """Every mapped queue file holds a descriptor: the broker starts by raising its soft
     open-file limit to the hard limit, so a low inherited soft limit does not cap its queues."""
     import resource
@@ -146,10 +147,10 @@ def test_broker_raises_its_open_file_soft_limit_to_the_hard_limit(
     low = 256
     if hard != resource.RLIM_INFINITY and hard <= low:
         pytest.skip(f"the hard open-file limit here is {hard}: nothing to raise to")
-    broker_port = free_port(neighbours=(-2, 1))
+    broker_port = DevBrokerPorts()
 
     def make_args(port: int) -> list[str]:
-        return ["--namesrvPort", str(port), "--listenPort", str(broker_port),
+        return ["--namesrvPort", str(port), "--listenPort", str(broker_port(port)),
                 "--storePathRootDir", str(tmp_path / "data"), *option_args(test_broker_settings)]
 
     dev = tidemq_server("dev", "dev", make_args)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from server_processes import DevBrokerPorts
 from tidemq.sync import Message, Producer
 
 pytestmark = pytest.mark.integration
@@ -32,11 +33,11 @@ def written_bytes(pid: int) -> int | None:
     return None
 
 
-def start_dev(tidemq_server, free_port, name: str, store: Path, *extra: str):
-    broker_port = free_port(neighbours=(-2, 1))
+def start_dev(tidemq_server, name: str, store: Path, *extra: str):
+    broker_port = DevBrokerPorts()
 
     def make_args(port: int) -> list[str]:
-        return ["--namesrvPort", str(port), "--listenPort", str(broker_port),
+        return ["--namesrvPort", str(port), "--listenPort", str(broker_port(port)),
                 "--storePathRootDir", str(store), "--consolePort", "0", *extra]
 
     dev = tidemq_server("dev", name, make_args)
@@ -44,10 +45,9 @@ def start_dev(tidemq_server, free_port, name: str, store: Path, *extra: str):
     return dev
 
 
-def test_dev_writes_less_than_200_mb_before_its_first_message(tidemq_server, free_port,
-                                                               tmp_path):
+def test_dev_writes_less_than_200_mb_before_its_first_message(tidemq_server, tmp_path):
     store = tmp_path / "data"
-    dev = start_dev(tidemq_server, free_port, "dev", store)
+    dev = start_dev(tidemq_server, "dev", store)
     with Producer("first-start", dev.addr) as producer:
         assert producer.send(Message("FirstTopic", b"hello")).msg_id
     assert allocated_bytes(store) < FIRST_START_BYTES_MAX, sorted(
@@ -58,15 +58,15 @@ def test_dev_writes_less_than_200_mb_before_its_first_message(tidemq_server, fre
     assert {segment.stat().st_size for segment in segments} == {64 * 1024 * 1024}
 
 
-def test_dev_keeps_the_segment_size_of_an_existing_store(tidemq_server, free_port, tmp_path):
+def test_dev_keeps_the_segment_size_of_an_existing_store(tidemq_server, tmp_path):
     store = tmp_path / "data"
     small = str(16 * 1024 * 1024)
-    first = start_dev(tidemq_server, free_port, "first", store, "--mappedFileSizeCommitLog",
+    first = start_dev(tidemq_server, "first", store, "--mappedFileSizeCommitLog",
                       small)
     with Producer("existing-store", first.addr) as producer:
         producer.send(Message("Existing", b"before"))
     assert first.stop() == 0
-    again = start_dev(tidemq_server, free_port, "again", store)  # no size given: the store's own
+    again = start_dev(tidemq_server, "again", store)  # no size given: the store's own
     with Producer("existing-store", again.addr) as producer:
         producer.send(Message("Existing", b"after"))
     sizes = {segment.stat().st_size for segment in (store / "commitlog").iterdir()}

@@ -4,7 +4,9 @@
   builds a ``BrokerController`` (not started) on a ``MemoryMessageStore`` (default) or a
   ``FileMessageStore`` with small segments, in its own tmp dir, listening on port 0 once
   started; ``wrap_store=f`` hands the broker ``f(store)`` instead (a test double around it).
-  Every broker made is shut down at teardown.
+  A broker started but not shut down by the test is shut down on its own loop when
+  ``asyncio.run`` ends that loop (so one ``asyncio.run`` per broker's life); one never
+  started is shut down at teardown.
 - ``broker``: ``make_broker()``.
 - ``handlers``: ``handlers(broker)`` -> a ``HandlerTable`` holding exactly the handlers the
   controller registers on its server; ``await table.ask(request, peer)`` calls the handler
