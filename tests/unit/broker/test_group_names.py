@@ -69,3 +69,22 @@ def test_the_wrapped_handler_never_runs_for_a_bad_name_and_runs_for_a_good_one()
     assert asyncio.run(route(bad, None)).code == ResponseCode.SYSTEM_ERROR
     assert asyncio.run(route(good, None)).code == ResponseCode.SUCCESS
     assert calls == ["ab"]
+
+
+def test_names_that_passed_are_remembered_and_bad_names_are_still_refused(monkeypatch):
+    from tidemq.broker import group_names
+
+    monkeypatch.setattr(group_names, "VALID_GROUP_NAMES_MAX", 2)
+    monkeypatch.setattr(group_names, "_valid_group_names", set())
+
+    def pull(group):
+        return RemotingCommand.request(RequestCode.PULL_MESSAGE, {"consumerGroup": group})
+
+    assert group_refusal(pull("good-1")) is None
+    assert group_refusal(pull("good-1")) is None  # remembered: no second regex
+    assert group_names._valid_group_names == {"good-1"}
+    assert group_refusal(pull("bad group")) is not None
+    assert group_refusal(pull("bad group")) is not None  # a refused name is never remembered
+    for name in ("good-2", "good-3"):
+        assert group_refusal(pull(name)) is None
+    assert group_names._valid_group_names == {"good-3"}  # bounded: it started over
