@@ -16,18 +16,24 @@ split:
 - ``nosync``: the ASYNC broker's two rounds alone (no SYNC broker started);
 - ``warm``: as ``figures``, after ``--warmup`` messages to another topic of the ASYNC broker
   (its first commit-log segments, index and queue files touched before round 0);
-- ``warm-nosync``: both.
+- ``warm-nosync``: both;
+- ``figures-settled``: as ``figures``, but before each ASYNC round every dirty page on the
+  machine is written (``sync``) and the harness waits ``SETTLE_S`` more: whether what the SYNC
+  broker's round leaves behind (its writes, the journal) costs the ASYNC round.
 
 Per ASYNC round it prints msg/s and, per message of the timed run, the broker's CPU (all
-threads), its event loop's (main thread) CPU and minor page faults, the other threads' CPU,
+threads), its event loop's (main thread) CPU (and the system part of it) and minor page
+faults, the other threads' CPU,
 the broker's major faults (whole run), the SYNC broker's CPU beside it (µs per ASYNC message),
 the whole machine's busy CPU (every process and kernel thread: client, writeback, neighbours),
+the machine's dirty page cache at the round's start and what it wrote to disk during it (MB),
 and as shares of the run the event loop's time waiting for a core (``runq``) and with nothing
 to do (``idle``, it waited for the producer). With ``--src NAME=TREE`` (a tree whose
-``src/`` holds tidemq, e.g. ``git archive <commit> src | tar -x -C /tmp/x``, or ``.``) every
-case runs for every tree, order rotated per run: an A/B alternated in one run. ``--profile
-ROUND`` records the ASYNC broker with py-spy (``--py-spy``) during that round of the first
-case of the first run, into ``--dir``.
+``src/`` holds tidemq, e.g. ``git archive <commit> src | tar -x -C /tmp/x``, or ``.``; what
+follows each comma goes to the ASYNC broker's ``tidemq dev``, as in
+``warm=.,--warmMapedFileEnable,true``) every case runs for every tree, order rotated per
+run: an A/B alternated in one run. ``--profile ROUND`` records the ASYNC broker with py-spy
+(``--py-spy``) during that round of the first case of the first run, into ``--dir``.
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ from latency_bench import load_average
 from produce_ab_bench import _PythonPath
 from store_bench import machine_description
 
-CASES = ("figures", "nosync", "warm", "warm-nosync")
+CASES = ("figures", "nosync", "warm", "warm-nosync", "figures-settled")
+SETTLE_S = 3.0  # figures-settled: the pause after the disk's sync before each ASYNC round
 ROUNDS = 2
 
 
@@ -86,13 +93,31 @@ def _system_busy_s() -> float:
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
+def _main_system_s(pid: int) -> float:
+    """System CPU seconds of ``pid``'s main thread so far (10 ms ticks)."""
+    with open(f"/proc/{pid}/task/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[12]) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_io() -> tuple[float, float]:
+    """(MB dirty in the page cache now, MB the machine has written to disk so far)."""
+    with open("/proc/meminfo") as meminfo:
+        fields = dict(line.split(":", 1) for line in meminfo)
+    dirty_mb = int(fields["Dirty"].split()[0]) / 1024
+    with open("/proc/vmstat") as vmstat:
+        written = next(int(line.split()[1]) for line in vmstat if line.startswith("nr_written "))
+    return dirty_mb, written * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
 def _snapshot(pid: int, sync_pid: int | None) -> dict[str, float]:
     _, minor, major = _stat(f"/proc/{pid}/stat")
     _, main_minor, _ = _stat(f"/proc/{pid}/task/{pid}/stat")
     on_core, waiting = _schedstat(pid)
-    return {"cpu": _threads_on_core(pid), "minor": minor, "major": major,
+    dirty_mb, written_mb = _machine_io()
+    return {"dirty_mb": dirty_mb, "written_mb": written_mb,
+            "cpu": _threads_on_core(pid), "minor": minor, "major": major,
             "main_cpu": on_core, "main_minor": main_minor, "on_core": on_core,
-            "waiting": waiting, "system": _system_busy_s(),
+            "waiting": waiting, "system": _system_busy_s(), "main_sys": _main_system_s(pid),
             "sync_cpu": _threads_on_core(sync_pid) if sync_pid else 0.0}
 
 
@@ -103,10 +128,13 @@ def _produce(server: DevServer, topic: str, count: int) -> dict:
 
 
 def async_round(server: DevServer, sync: DevServer | None, topic: str, count: int,
-                profile_to: str | None, py_spy: str) -> dict[str, float]:
+                profile_to: str | None, py_spy: str, settle: bool = False) -> dict[str, float]:
     """One figures.py round on the ASYNC broker: idle wait, calibration, timed run."""
     pid = server.process.pid
     sync_pid = sync.process.pid if sync else None
+    if settle:
+        os.sync()
+        time.sleep(SETTLE_S)
     wait_process_idle(pid)
     bench(server.namesrv, "produce", "-t", topic, "-s", "1024", "-b", "64", "-c", "16",
           "--count", str(CALIBRATION_MESSAGES))
@@ -131,6 +159,9 @@ def async_round(server: DevServer, sync: DevServer | None, topic: str, count: in
         "broker_us": delta["cpu"] / n * 1e6,
         "main_us": delta["main_cpu"] / n * 1e6,
         "others_us": (delta["cpu"] - delta["main_cpu"]) / n * 1e6,
+        "main_sys_us": delta["main_sys"] / n * 1e6,
+        "dirty_mb": before["dirty_mb"],
+        "written_mb": delta["written_mb"],
         "main_faults": delta["main_minor"] / n,
         "faults": delta["minor"] / n,
         "major": delta["major"],
@@ -143,13 +174,14 @@ def async_round(server: DevServer, sync: DevServer | None, topic: str, count: in
 
 
 def one_case(case: str, src: str | None, work_dir: str, messages: int, warmup: int,
-             profile_round: int | None, profile_dir: str, py_spy: str) -> list[dict]:
+             profile_round: int | None, profile_dir: str, py_spy: str,
+             dev_args: list[str] | None = None) -> list[dict]:
     with_sync = "nosync" not in case
     servers: list[DevServer] = []
     try:
         os.makedirs(os.path.join(work_dir, "async"))
         with _PythonPath(src):
-            async_server = DevServer(os.path.join(work_dir, "async"))
+            async_server = DevServer(os.path.join(work_dir, "async"), extra_args=dev_args)
             servers.append(async_server)
             sync_server = None
             if with_sync:
@@ -170,7 +202,7 @@ def one_case(case: str, src: str | None, work_dir: str, messages: int, warmup: i
                 wait_process_idle(sync_server.process.pid)
                 _produce(sync_server, topic, messages)
             rounds.append(async_round(async_server, sync_server, topic, messages, profile_to,
-                                      py_spy))
+                                      py_spy, settle=case == "figures-settled"))
             if sync_server is not None and index % 2 == 0:
                 wait_process_idle(sync_server.process.pid)
                 _produce(sync_server, topic, messages)
@@ -181,10 +213,12 @@ def one_case(case: str, src: str | None, work_dir: str, messages: int, warmup: i
 
 
 COLUMNS = (("msgs_per_s", "msg/s", "{:,.0f}"), ("broker_us", "broker", "{:.2f}"),
-           ("main_us", "main", "{:.2f}"), ("others_us", "others", "{:.2f}"),
+           ("main_us", "main", "{:.2f}"), ("main_sys_us", "of it sys", "{:.2f}"),
+           ("others_us", "others", "{:.2f}"),
            ("main_faults", "main flt", "{:.3f}"), ("faults", "flt", "{:.3f}"),
            ("major", "majflt", "{:.0f}"), ("sync_us", "sync beside", "{:.2f}"),
-           ("system_us", "machine", "{:.2f}"),
+           ("system_us", "machine", "{:.2f}"), ("dirty_mb", "dirty MB", "{:.0f}"),
+           ("written_mb", "disk MB", "{:.0f}"),
            ("client_us", "client", "{:.2f}"), ("runq_pct", "runq %", "{:.1f}"),
            ("idle_pct", "idle %", "{:.1f}"))
 
@@ -201,32 +235,34 @@ def main() -> int:
                         help="messages to another topic before round 0 (cases warm*)")
     parser.add_argument("--case", action="append", choices=CASES, default=[])
     parser.add_argument("--src", action="append", default=[],
-                        help="NAME=TREE: a tree whose src/ holds tidemq (. = this checkout)")
+                        help="NAME=TREE[,--key,value...]: a tree whose src/ holds tidemq (. = "
+                             "this checkout) and tidemq dev arguments for the ASYNC broker")
     parser.add_argument("--profile", type=int, default=None, metavar="ROUND")
     parser.add_argument("--py-spy", default="/tmp/tools/bin/py-spy")
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     cases = args.case or ["figures"]
-    trees: list[tuple[str, str | None]] = []
+    trees: list[tuple[str, str | None, list[str]]] = []
     for text in args.src or ["now=."]:
-        name, _, tree = text.partition("=")
+        name, _, rest = text.partition("=")
+        tree, *dev_args = rest.split(",")
         trees.append((name, None if tree in ("", ".") else os.path.join(
             os.path.abspath(tree), "src") if os.path.isdir(os.path.join(tree, "src"))
-            else os.path.abspath(tree)))
+            else os.path.abspath(tree), dev_args))
     os.makedirs(args.dir, exist_ok=True)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = load_average()
-    combos = [(case, name, src) for case in cases for name, src in trees]
-    results: dict[str, list[list[dict]]] = {f"{case}/{name}": [] for case, name, _ in combos}
+    combos = [(case, name, src, dev_args) for case in cases for name, src, dev_args in trees]
+    results: dict[str, list[list[dict]]] = {f"{case}/{name}": [] for case, name, _, _ in combos}
     for run in range(args.runs):
         shift = run % len(combos)
-        for case, name, src in combos[shift:] + combos[:shift]:
+        for case, name, src, dev_args in combos[shift:] + combos[:shift]:
             work_dir = tempfile.mkdtemp(prefix="produce-seq-", dir=args.dir)
             profile = args.profile if run == 0 and (case, name) == combos[0][:2] else None
             try:
                 rounds = one_case(case, src, work_dir, args.messages, args.warmup, profile,
-                                  args.dir, args.py_spy)
+                                  args.dir, args.py_spy, dev_args)
             finally:
                 shutil.rmtree(work_dir, ignore_errors=True)
             results[f"{case}/{name}"].append(rounds)
