@@ -1,18 +1,20 @@
 """Soak the rocketmq-nodejs (cpp2) retry scenario: many --fail-first runs, anomalies counted.
 
-    python tests/interop/node/retry_soak.py --runs 6 --count 200 [--modes sync,gated]
-        [--workdir DIR] [--thread-count N] [--max-batch-size N] [--timeout-s S]
+    python tests/interop/node/retry_soak.py --runs 6 --count 200 [--modes sync,sync-gated]
+        [--apache] [--workdir DIR] [--thread-count N] [--max-batch-size N] [--timeout-s S]
 
 Starts one name server and one broker as the tests do (tests/server_processes.py, every
-delay level 1 s), then runs the cpp2 consume scenario of scenarios.js ``--runs`` times, the
-modes alternated. ``sync``: the soak produces every message at once and the listener acks
-in the listener; ``deferred``: it acks from setImmediate; a mode naming ``gated`` produces
-one message at a time, each after the consumer's first delivery of the one before (as the
-test does). Each run has its own topic and group. Per run it prints one JSON line: third
-(or later) deliveries, bodies without a second delivery, the C++ core's "consume fail" log
-lines (its send-backs), how many of those were for a message at index > 0 of the batch the
-core handed to the listener, and the messages stored in the group's retry topic beyond one
-per message. Bounded: each run ends at --timeout-s; the servers are stopped by PID.
+delay level 1 s; with --apache Apache RocketMQ's own, tests/reference_cluster.py), then
+runs the cpp2 consume scenario of scenarios.js ``--runs`` times, the modes alternated, each
+run with its own topic and group. A mode is a name holding ``deferred`` (the listener acks
+from setImmediate; else in the listener) and how the soak produces: ``gated`` one message
+at a time, each after the consumer's first delivery of the one before (as the test does);
+``preloaded`` all of them before the consumer starts; else all at once after it started.
+Per run it prints one JSON line: third (or later) deliveries, bodies without a second
+delivery, the C++ core's "consume fail" log lines (its send-backs), how many of those were
+for a message at index > 0 of the batch the core handed to the listener, and the messages
+stored in the group's retry topic beyond one per message. Bounded: each run ends at
+--timeout-s; the servers are stopped by PID.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent.parent), str(HERE.parent)]
@@ -32,6 +35,7 @@ sys.path[:0] = [str(HERE.parent.parent), str(HERE.parent)]
 from client_process import ClientProcess  # noqa: E402
 from tidemq_side import create_topic, produce, read_back  # noqa: E402
 
+from reference_cluster import ReferenceCluster  # noqa: E402
 from server_processes import start_cluster  # noqa: E402
 from tidemq.client import Message  # noqa: E402
 
@@ -49,13 +53,16 @@ def run_once(cluster, workdir: Path, index: int, mode: str, count: int, extra: l
             "--expect", str(2 * count), *extra]
     if "deferred" in mode:
         args.append("--deferred-ack")
+    messages = [Message(topic, f"msg-{i}", tags="TagA", keys=[f"k{i}"]) for i in range(count)]
+    if "preloaded" in mode:  # stored before the consumer starts: its first pulls get several
+        produce(cluster.namesrv_addr, messages)
     process = ClientProcess(f"soak {index}", workdir / f"run-{index}", args, timeout_s,
                             exit_hang_tolerated=True).start()
     try:
         process.wait_for_output("CONSUMER STARTED")
-        messages = [Message(topic, f"msg-{i}", tags="TagA", keys=[f"k{i}"])
-                    for i in range(count)]
-        if "gated" in mode:  # one at a time, each after the previous one's first delivery
+        if "preloaded" in mode:
+            pass
+        elif "gated" in mode:  # one at a time, each after the previous one's first delivery
             for i, message in enumerate(messages):
                 produce(cluster.namesrv_addr, [message])
                 process.wait_for_output(f"delivered msg-{i} attempt 1\n")
@@ -93,15 +100,24 @@ def main() -> int:
     parser.add_argument("--max-batch-size", type=int)
     parser.add_argument("--timeout-s", type=float, default=90.0)
     parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--apache", action="store_true",
+                        help="against Apache RocketMQ's name server and broker "
+                             "(tests/reference_cluster.py), not tidemq's")
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="cpp2-soak-"))
     processes: list = []
     modes = args.modes.split(",")
     extra = [*(["--thread-count", str(args.thread_count)] if args.thread_count else []),
              *(["--max-batch-size", str(args.max_batch_size)] if args.max_batch_size else [])]
+    delays = {"messageDelayLevel": " ".join(["1s"] * 18)}
+    apache = ReferenceCluster(workdir / "apache") if args.apache else None
     try:
-        cluster = start_cluster(workdir, processes,
-                                broker_overrides={"messageDelayLevel": " ".join(["1s"] * 18)})
+        if apache:
+            apache.start(delays)
+            cluster = SimpleNamespace(namesrv_addr=apache.namesrv_addr, namesrvs=[
+                SimpleNamespace(addr=apache.namesrv_addr, name="Apache name server")])
+        else:
+            cluster = start_cluster(workdir, processes, broker_overrides=delays)
         for index in range(args.runs):
             line = run_once(cluster, workdir, index, modes[index % len(modes)], args.count,
                             extra, args.timeout_s)
@@ -109,6 +125,8 @@ def main() -> int:
     finally:
         for server in reversed(processes):
             server.stop()
+        if apache:
+            apache.stop()
     print(f"workdir: {workdir}", flush=True)
     return 0
 
