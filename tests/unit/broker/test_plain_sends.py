@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_send_group import FakePeer
+from test_send_group import FakePeer, resolved
 from test_send_processor import stored, with_topic
 
 from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
@@ -199,3 +199,29 @@ def test_plain_sends_that_arrive_together_over_the_network_are_answered_by_colum
             record.queue_offset for record in records]
         assert [r.ext_fields["msgId"] for r in answered] == [
             record.offset_msg_id for record in records]
+
+
+def test_under_sync_flush_a_plain_group_is_answered_once_synced_by_the_general_answers(
+        make_broker, serve):
+    broker = make_broker(store_kind="file", store_overrides={"flush_disk_type": "SYNC_FLUSH"})
+    with_topic(broker, TOPIC)
+    requests = [producer_send(n) for n in range(6)]
+
+    async def scenario():
+        async with serve(broker):
+            peer = FakePeer(PEER)
+            processor = broker.send_processor
+            processor.handle_group_now([producer_send(99, queue_id=0)], peer)  # name checked
+            answered = processor.serve_group_now(requests, peer)
+            if not isinstance(answered, list):
+                answered = await answered
+            return answered, [await resolved(r) for r in answered], [
+                stored(broker, TOPIC, queue_id) for queue_id in range(4)]
+
+    answered, responses, queues = asyncio.run(scenario())
+    assert type(answered) is list  # not EncodedAnswers: each waits for the disk's sync
+    assert [r.code for r in responses] == [ResponseCode.SUCCESS] * 6
+    for n, response in enumerate(responses):
+        records = [record for record in queues[n % 4] if record.body == f"m{n}".encode()]
+        assert response.ext_fields["msgId"] == records[0].offset_msg_id
+        assert response.ext_fields["queueOffset"] == str(records[0].queue_offset)
