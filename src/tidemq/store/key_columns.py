@@ -38,11 +38,12 @@ class KeyColumns(Sequence[tuple[str, ...]]):
     def __getitem__(self, index: int) -> tuple[str, ...]: ...
 
     @overload
-    def __getitem__(self, index: slice) -> list[tuple[str, ...]]: ...
+    def __getitem__(self, index: slice) -> KeyColumns: ...
 
-    def __getitem__(self, index: int | slice) -> tuple[str, ...] | list[tuple[str, ...]]:
+    def __getitem__(self, index: int | slice) -> tuple[str, ...] | KeyColumns:
         if isinstance(index, slice):
-            return list(zip(*(column[index] for column in self.columns), strict=True))
+            # Still columns (a transaction's end writes a batch's keys in slices).
+            return KeyColumns(tuple(column[index] for column in self.columns))
         return tuple(column[index] for column in self.columns)
 
     def __iter__(self) -> Iterator[tuple[str, ...]]:

@@ -15,7 +15,8 @@ def test_key_columns_read_as_the_list_of_each_messages_keys():
     assert len(keys) == 3
     assert keys[1] == ("u1", "")
     assert keys[-1] == ("u2", "k2")
-    assert keys[1:] == as_list[1:]
+    assert keys[1:] == as_list[1:] and isinstance(keys[1:], KeyColumns)
+    assert keys[3:] == [] and len(keys[3:]) == 0
     assert list(keys) == as_list
     assert keys == as_list and keys == [list(each) for each in as_list]
     assert keys != as_list[:2]
