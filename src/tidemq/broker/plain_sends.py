@@ -69,6 +69,8 @@ _SMALL_INTS: dict[str, int] = {str(number): number for number in range(1024)}
 # A Java long has 19 digits; 18 always fit (the header reader's bound for its fast path).
 _DECIMAL_DIGITS_MAX = 18
 
+_UNIQ_KEY = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+
 # Properties that make a message more than a plain one: the general path acts on them.
 _NOT_PLAIN_KEYS = frozenset({
     PROPERTY_WAIT_STORE_MSG_OK, PROPERTY_CLUSTER, PROPERTY_DELAY_TIME_LEVEL,
@@ -152,14 +154,19 @@ def plain_messages(sends: PlainSends, cluster: str, multi_tags: bool,
         sends.queue_ids, sends.bodies, sends.properties, sends.flags, sends.sys_flags,
         sends.born_timestamps, strict=True,
     ):
-        properties = decode_properties(text)
-        if (
-            len(properties) != text.count(PROPERTY_SEPARATOR) + 1
-            or not properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-            or not _NOT_PLAIN_KEYS.isdisjoint(properties)
-        ):
-            return None
-        properties[PROPERTY_CLUSTER] = cluster
+        name, _, value = text.partition(NAME_VALUE_SEPARATOR)
+        if name == _UNIQ_KEY and value and PROPERTY_SEPARATOR not in value:
+            # The commonest text of all, a UNIQ_KEY alone: what decode_properties reads.
+            properties = {_UNIQ_KEY: value, PROPERTY_CLUSTER: cluster}
+        else:
+            properties = decode_properties(text)
+            if (
+                len(properties) != text.count(PROPERTY_SEPARATOR) + 1
+                or not properties.get(_UNIQ_KEY)
+                or not _NOT_PLAIN_KEYS.isdisjoint(properties)
+            ):
+                return None
+            properties[PROPERTY_CLUSTER] = cluster
         if multi_tags:
             sys_flag |= SYSFLAG_MULTI_TAGS
         add(StoreMessage(topic, queue_id, body, properties, flag, sys_flag, born_timestamp,

@@ -9,9 +9,10 @@ import pytest
 from test_send_group import FakePeer, resolved
 from test_send_processor import stored, with_topic
 
+from tidemq.broker.plain_sends import plain_messages, read_plain_sends
 from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
-from tidemq.protocol.message import SYSFLAG_MULTI_TAGS, encode_properties
+from tidemq.protocol.message import SYSFLAG_MULTI_TAGS, decode_properties, encode_properties
 from tidemq.remoting.dispatch import EncodedAnswers
 
 PEER = "127.0.0.1:45678"
@@ -77,14 +78,25 @@ def records_of(broker, topic=TOPIC):
     ]
 
 
+# The properties of a plain send: a UNIQ_KEY alone (tidemq's producer's commonest), one with
+# separators in its value, and with tags and keys beside it.
+PLAIN_PROPERTIES = {
+    "uniq key": lambda n: None,
+    "uniq key holding \\x01": lambda n: {"UNIQ_KEY": f"AB\x01{n}"},
+    "tags and keys": lambda n: {"TAGS": "t", "UNIQ_KEY": f"C0A8{n:028X}", "KEYS": f"k{n} x"},
+}
+
+
+@pytest.mark.parametrize("properties", sorted(PLAIN_PROPERTIES))
 @pytest.mark.parametrize("filter_type", ["SINGLE_TAG", "MULTI_TAG"])
 @pytest.mark.parametrize("count", [2, 31])
 def test_a_plain_group_is_stored_and_answered_as_the_general_path_does(
-        make_broker, count, filter_type):
+        make_broker, count, filter_type, properties):
     plain_broker, general_broker = make_broker(), make_broker()
     for broker in (plain_broker, general_broker):
         with_topic(broker, TOPIC, topic_filter_type=filter_type)
-    requests = [producer_send(n) for n in range(count)]
+    requests = [producer_send(n, properties=PLAIN_PROPERTIES[properties](n))
+                for n in range(count)]
 
     plain = serve(plain_broker, requests, plain=True)
     general = serve(general_broker, requests, plain=False)
@@ -225,3 +237,18 @@ def test_under_sync_flush_a_plain_group_is_answered_once_synced_by_the_general_a
         records = [record for record in queues[n % 4] if record.body == f"m{n}".encode()]
         assert response.ext_fields["msgId"] == records[0].offset_msg_id
         assert response.ext_fields["queueOffset"] == str(records[0].queue_offset)
+
+
+@pytest.mark.parametrize("properties", sorted(PLAIN_PROPERTIES))
+def test_a_plain_message_s_properties_text_says_what_its_properties_say(properties):
+    # StoreMessage.properties_text is stored as it is, while the store takes tags and index
+    # keys from the dict: the two must agree (store/interface.py).
+    requests = [producer_send(n, properties=PLAIN_PROPERTIES[properties](n)) for n in range(3)]
+    sends = read_plain_sends(requests)
+    assert sends is not None
+    messages = plain_messages(sends, "DefaultCluster", False, PEER)
+    assert messages is not None
+    for message in messages:
+        assert message.properties["CLUSTER"] == "DefaultCluster"
+        assert message.properties_text == encode_properties(message.properties)
+        assert decode_properties(message.properties_text) == message.properties
