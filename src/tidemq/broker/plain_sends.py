@@ -94,6 +94,13 @@ class PlainSends(NamedTuple):
 def read_plain_sends(requests: list[RemotingCommand]) -> PlainSends | None:
     """The columns of ``requests`` when every one is a plain single send (module docstring),
     else None. Reads only the requests; the broker's state is the caller's to check."""
+    try:
+        return _read_columns(requests)
+    except (TypeError, AttributeError):  # a value that is no str (a command made in process)
+        return None
+
+
+def _read_columns(requests: list[RemotingCommand]) -> PlainSends | None:
     if (
         set(map(_CODE, requests)) != _SEND_V2
         or any(map(_FLAG, requests))  # oneway (or a response): not answered alike

@@ -252,3 +252,12 @@ def test_a_plain_message_s_properties_text_says_what_its_properties_say(properti
         assert message.properties["CLUSTER"] == "DefaultCluster"
         assert message.properties_text == encode_properties(message.properties)
         assert decode_properties(message.properties_text) == message.properties
+
+
+def test_a_request_whose_fields_are_not_text_is_not_plain():
+    odd = producer_send(1)
+    odd.ext_fields["g"] = 1_700_000_000_000  # a number, as a command made in process may hold
+    assert read_plain_sends([producer_send(0), odd]) is None
+    odd.ext_fields["g"] = "1700000000000"
+    odd.ext_fields["e"] = ["0"]
+    assert read_plain_sends([producer_send(0), odd]) is None
