@@ -65,9 +65,9 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from tidemq.broker.batch_appender import SYNC_CHUNK_MESSAGES, BatchAppender
 from tidemq.broker.config import PERM_READ, PERM_WRITE
@@ -170,6 +170,8 @@ _PUT_OK = PutStatus.PUT_OK
 _SUCCESS = int(ResponseCode.SUCCESS)
 _PYTHON = LanguageCode.PYTHON
 _SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
+_PutArg = TypeVar("_PutArg")
+_PutResult = TypeVar("_PutResult")
 # A group's put results read by columns (``_serve_plain``).
 _STATUS = attrgetter("status")
 _DURABLE = attrgetter("durable")
@@ -424,15 +426,7 @@ class SendMessageProcessor:
         if messages is None:
             return None
         self._store.prepare_queue_files(topic, topic_config.write_queue_nums)
-        self._batches.flush()  # the batches served before them first
-        holds = self._pull_holds
-        if holds is not None:
-            holds.wake_after_put()
-        started = time.monotonic()
-        try:
-            results = self._store.put_message_group(messages)
-        finally:
-            self._wake_consumers()
+        results, started = self._put_after_batches(self._store.put_message_group, messages)
         elapsed_s = time.monotonic() - started
         stats = self._stats
         stats.record_put_latency(elapsed_s)
@@ -716,19 +710,26 @@ class SendMessageProcessor:
         # since their requests were checked.
         return self._role.write_refusal("sends")
 
-    def _put_single(
-        self, header: SendMessageRequestHeader, request: RemotingCommand, connection: Connection
-    ) -> _Stored:
-        single = self._prepare_single(header, request, connection, 0)
-        self._batches.flush()  # the batches served before it first
+    def _put_after_batches(self, put: Callable[[_PutArg], _PutResult], argument: _PutArg
+                           ) -> tuple[_PutResult, float]:
+        """``put(argument)`` once the batches served before it are appended (order on the
+        log is arrival order), with held pulls told first and the consumers woken after it
+        whatever happens; its result and the monotonic time the put started."""
+        self._batches.flush()
         holds = self._pull_holds
         if holds is not None:
             holds.wake_after_put()
         started = time.monotonic()
         try:
-            result = self._store.put_message(single.message)
+            return put(argument), started
         finally:
             self._wake_consumers()
+
+    def _put_single(
+        self, header: SendMessageRequestHeader, request: RemotingCommand, connection: Connection
+    ) -> _Stored:
+        single = self._prepare_single(header, request, connection, 0)
+        result, started = self._put_after_batches(self._store.put_message, single.message)
         self._count(result, started, header.topic)
         return _Stored(result, single.wait, single.queue_id)
 
@@ -738,15 +739,8 @@ class SendMessageProcessor:
         """Store the prepared single messages in one group; fill in their outcomes."""
         if not singles:
             return
-        self._batches.flush()  # the batches served before them first
-        holds = self._pull_holds
-        if holds is not None:
-            holds.wake_after_put()
-        started = time.monotonic()
-        try:
-            results = self._store.put_message_group([single.message for single in singles])
-        finally:
-            self._wake_consumers()
+        results, started = self._put_after_batches(
+            self._store.put_message_group, [single.message for single in singles])
         elapsed_s = time.monotonic() - started
         elapsed_ms = int(elapsed_s * 1000)
         stats = self._stats
