@@ -256,6 +256,11 @@ async def run_consume(namesrv: str, topic: str, group: str, from_where: str,
                     break
                 wait_ms = 200 if deadline is None else max(1, int((deadline - now) * 1000))
                 messages = await consumer.poll(min(wait_ms, 200))
+                if count is not None:
+                    # A poll hands over whole fetched batches: the messages past --count are
+                    # not counted (nor their bytes or latencies), so the run reports the
+                    # count it was asked for, as produce does.
+                    messages = messages[:count - done[0]]
                 if not messages:
                     continue
                 if summary.first_message_s is None:

@@ -80,3 +80,18 @@ def test_consume_rate_counts_from_the_start_of_consumption(monkeypatch):
     assert summary.seconds == pytest.approx(SEEK_S + POLL_S)  # not POLL_S alone
     assert summary.msgs_per_s == pytest.approx(2000 / (SEEK_S + POLL_S))  # ~3,992, not 2M
     assert summary.first_message_s == pytest.approx(SEEK_S + POLL_S)
+
+
+def test_consume_stops_at_its_count_inside_a_fetched_batch(monkeypatch):
+    """A poll hands over a whole fetched batch; the run counts --count messages, not the
+    batch's tail past it (2,257 reported for --count 2000 before)."""
+    clock = Clock()
+    monkeypatch.setattr(bench_command, "time", types.SimpleNamespace(
+        perf_counter=clock.perf_counter, process_time=clock.process_time,
+        time_ns=clock.time_ns))
+    monkeypatch.setattr(bench_command, "PullConsumer", PrefetchingConsumer(clock, 2257))
+    summary = asyncio.run(bench_command.run_consume(
+        "127.0.0.1:9876", "BenchTopic", "g", "first", 2000, None, False, False))
+    assert summary.messages == 2000
+    assert summary.size == 100
+    assert summary.msgs_per_s == pytest.approx(2000 / (SEEK_S + POLL_S))
