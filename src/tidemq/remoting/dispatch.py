@@ -450,19 +450,14 @@ class RequestDispatcher:
         started = time.perf_counter() if observer is not None else 0.0
         try:
             answered = route.group_handler(requests, connection)  # type: ignore[misc]
-            if type(answered) is not EncodedAnswers:
-                if not isinstance(answered, list):
-                    self._spawn(_serve_group(route, requests, connection, observer, flush,
-                                             answered, started), connection)
-                    return
-                responses = _counted(answered, requests)
+            if type(answered) is not EncodedAnswers and not isinstance(answered, list):
+                self._spawn(_serve_group(route, requests, connection, observer, flush,
+                                         answered, started), connection)
+                return
+            answered = _counted(answered, requests)
         except Exception as exc:
-            answered = None
-            responses = _group_failed(requests, connection, exc)
-        if type(answered) is EncodedAnswers:
-            _answer_encoded(route, requests, answered, connection, observer, flush, started)
-            return
-        _answer_group(route, requests, responses, connection, observer, flush, started)
+            answered = _group_failed(requests, connection, exc)
+        _answer_group(route, requests, answered, connection, observer, flush, started)
 
     def _ask_guard(self, request: RemotingCommand, connection: Connection) -> object:
         """The guard's verdict: None (through), a ``DeferredCheck``, or ``_REFUSED`` after
@@ -616,19 +611,13 @@ async def _serve_group(
     try:
         if awaitable is None:
             awaitable = route.group_handler(requests, connection)  # type: ignore[misc]
-        answered = await awaitable  # type: ignore[misc]
-        if type(answered) is not EncodedAnswers:
-            responses = _counted(answered, requests)
+        answered = _counted(await awaitable, requests)  # type: ignore[misc]
     except Exception as exc:
-        answered = None
-        responses = _group_failed(requests, connection, exc)
+        answered = _group_failed(requests, connection, exc)
     except BaseException:  # cancelled (shutdown): nothing will answer them
         _group_done(route, connection, len(requests))
         raise
-    if type(answered) is EncodedAnswers:
-        _answer_encoded(route, requests, answered, connection, observer, flush, started)
-        return
-    _answer_group(route, requests, responses, connection, observer, flush, started)
+    _answer_group(route, requests, answered, connection, observer, flush, started)
 
 
 def _handler_failed(request: RemotingCommand, connection: Connection,
@@ -638,8 +627,12 @@ def _handler_failed(request: RemotingCommand, connection: Connection,
     return RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=describe_exception(exc))
 
 
-def _counted(responses: list[RemotingCommand | LaterResponse | None],
-             requests: list[RemotingCommand]) -> list[RemotingCommand | LaterResponse | None]:
+def _counted(responses: list[RemotingCommand | LaterResponse | None] | EncodedAnswers,
+             requests: list[RemotingCommand]
+             ) -> list[RemotingCommand | LaterResponse | None] | EncodedAnswers:
+    """``responses`` once checked to answer each request (``EncodedAnswers`` answer all)."""
+    if type(responses) is EncodedAnswers:
+        return responses
     if len(responses) != len(requests):
         raise RuntimeError(
             f"group handler answered {len(responses)} responses to {len(requests)} requests"
@@ -661,11 +654,14 @@ def _group_failed(requests: list[RemotingCommand], connection: Connection,
 
 def _answer_group(
     route: _Route, requests: list[RemotingCommand],
-    responses: list[RemotingCommand | LaterResponse | None], connection: Connection,
-    observer: RequestObserver | None, flush: bool, started: float,
+    responses: list[RemotingCommand | LaterResponse | None] | EncodedAnswers,
+    connection: Connection, observer: RequestObserver | None, flush: bool, started: float,
 ) -> None:
     """Write a group's responses, then its requests' bookkeeping (a ``LaterResponse``'s when
     it is resolved)."""
+    if type(responses) is EncodedAnswers:
+        _answer_encoded(route, requests, responses, connection, observer, flush, started)
+        return
     later = 0  # requests answered by a LaterResponse: their bookkeeping is _finish_later's
     try:
         parts: list[bytes | memoryview] = []  # the responses' frames, written in one step
