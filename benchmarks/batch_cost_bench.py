@@ -33,6 +33,7 @@ import tempfile
 import time
 
 from answering_peer import AnsweringPeer
+from variants import rotated, src_variants
 
 TOPIC = "BatchCost"
 QUEUES = 8
@@ -120,20 +121,12 @@ def main() -> int:
         cost = asyncio.run(_child(args.child_store, args.requests, args.batch, args.per_read))
         print(json.dumps({"us_per_message": cost}))
         return 0
-    variants = []
-    for text in args.variant or ["A=."]:
-        name, sep, src = text.partition("=")
-        if not sep or not name:
-            raise SystemExit(f"--variant {text!r}: expected NAME=SRC")
-        variants.append((name, None if src in ("", ".") else os.path.abspath(src)))
+    variants = src_variants(args.variant)
     os.makedirs(args.dir, exist_ok=True)
     runs: dict[str, list[float]] = {name: [] for name, _ in variants}
     for run in range(args.runs):
-        shift = run % len(variants)
-        for name, src in variants[shift:] + variants[:shift]:
-            env = dict(os.environ)
-            if src is not None:
-                env["PYTHONPATH"] = src
+        for name, src in rotated(variants, run):
+            env = {**os.environ, "PYTHONPATH": src}
             store = tempfile.mkdtemp(prefix="batch-cost-", dir=args.dir)
             try:
                 out = subprocess.run(

@@ -68,14 +68,20 @@ class PrefetchingConsumer:
         return taken
 
 
-def test_consume_rate_counts_from_the_start_of_consumption(monkeypatch):
+def consume_prefetched(monkeypatch, buffered: int, count: int) -> bench_command.Summary:
+    """``run_consume`` with ``--count count`` against a consumer that has ``buffered``
+    messages fetched by the time its seek returns, on a hand-moved clock."""
     clock = Clock()
     monkeypatch.setattr(bench_command, "time", types.SimpleNamespace(
         perf_counter=clock.perf_counter, process_time=clock.process_time,
         time_ns=clock.time_ns))
-    monkeypatch.setattr(bench_command, "PullConsumer", PrefetchingConsumer(clock, 2000))
-    summary = asyncio.run(bench_command.run_consume(
-        "127.0.0.1:9876", "BenchTopic", "g", "first", 2000, None, False, False))
+    monkeypatch.setattr(bench_command, "PullConsumer", PrefetchingConsumer(clock, buffered))
+    return asyncio.run(bench_command.run_consume(
+        "127.0.0.1:9876", "BenchTopic", "g", "first", count, None, False, False))
+
+
+def test_consume_rate_counts_from_the_start_of_consumption(monkeypatch):
+    summary = consume_prefetched(monkeypatch, 2000, 2000)
     assert summary.messages == 2000
     assert summary.seconds == pytest.approx(SEEK_S + POLL_S)  # not POLL_S alone
     assert summary.msgs_per_s == pytest.approx(2000 / (SEEK_S + POLL_S))  # ~3,992, not 2M
@@ -85,13 +91,7 @@ def test_consume_rate_counts_from_the_start_of_consumption(monkeypatch):
 def test_consume_stops_at_its_count_inside_a_fetched_batch(monkeypatch):
     """A poll hands over a whole fetched batch; the run counts --count messages, not the
     batch's tail past it (2,257 reported for --count 2000 before)."""
-    clock = Clock()
-    monkeypatch.setattr(bench_command, "time", types.SimpleNamespace(
-        perf_counter=clock.perf_counter, process_time=clock.process_time,
-        time_ns=clock.time_ns))
-    monkeypatch.setattr(bench_command, "PullConsumer", PrefetchingConsumer(clock, 2257))
-    summary = asyncio.run(bench_command.run_consume(
-        "127.0.0.1:9876", "BenchTopic", "g", "first", 2000, None, False, False))
+    summary = consume_prefetched(monkeypatch, 2257, 2000)
     assert summary.messages == 2000
     assert summary.size == 100
     assert summary.msgs_per_s == pytest.approx(2000 / (SEEK_S + POLL_S))
