@@ -238,7 +238,8 @@ def main() -> int:
                         help="NAME=TREE[,--key,value...]: a tree whose src/ holds tidemq (. = "
                              "this checkout) and tidemq dev arguments for the ASYNC broker")
     parser.add_argument("--profile", type=int, default=None, metavar="ROUND")
-    parser.add_argument("--py-spy", default="/tmp/tools/bin/py-spy")
+    parser.add_argument("--py-spy", default="py-spy",
+                        help="the py-spy command (default: py-spy on PATH)")
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
