@@ -33,6 +33,12 @@ STOP_TIMEOUT_S = 30.0
 NAMESRV_READY = "The Name Server boot success"
 BROKER_READY = "boot success"
 LOG_TAIL_LINES = 40
+# A port picked free may be taken by another process before the JVM binds it (other test
+# runs share the machine): a first start that failed so is tried again on new ports, as
+# tests/server_processes.py does for tidemq's servers. Name server and broker print this
+# (the BindException's stack trace) on stdout when they exit for it.
+PORT_ATTEMPTS = 5
+PORT_TAKEN = "java.net.BindException: Address already in use"
 
 # Small files, like tests/server_processes.py's TEST_BROKER_SETTINGS (16 MiB holds a 4 MiB
 # message); the IP is loopback so message ids and routes say 127.0.0.1.
@@ -89,6 +95,12 @@ class JavaServer:
 
     def start(self) -> None:
         """Start the JVM and wait (bounded) until it printed that it serves."""
+        if not self.try_start():
+            raise AssertionError(f"Apache {self.name} did not start:\n{self.log_tail()}")
+
+    def try_start(self) -> bool:
+        """Start the JVM and wait (bounded) until it serves (True), or until it has exited or
+        the wait ran out (False; the JVM is stopped then)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.stdout_offset = self.stdout_path.stat().st_size if self.stdout_path.exists() else 0
         command = [java(), f"-Xms{self.heap_mb}m", f"-Xmx{self.heap_mb}m",
@@ -104,13 +116,23 @@ class JavaServer:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                break
-            output = self.stdout_path.read_bytes()[self.stdout_offset:].decode(errors="replace")
-            if self.ready_text in output:
-                return
+                return False
+            if self.ready_text in self.output():
+                return True
             time.sleep(0.1)
         self.stop()
-        raise AssertionError(f"Apache {self.name} did not start:\n{self.log_tail()}")
+        return False
+
+    def output(self) -> str:
+        """What this run (since the last start) printed to stdout and stderr."""
+        if not self.stdout_path.exists():
+            return ""
+        return self.stdout_path.read_bytes()[self.stdout_offset:].decode(errors="replace")
+
+    def port_taken(self) -> bool:
+        """True when this run failed because a port it listens on was taken: Apache's
+        startup prints the BindException's stack trace and exits."""
+        return PORT_TAKEN in self.output()
 
     def stop(self) -> int | None:
         """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; the exit status (None: not started)."""
@@ -189,14 +211,7 @@ class ReferenceCluster:
             heap_mb: the broker JVM's heap (and direct memory) in MiB.
         """
         self.heap_mb = heap_mb
-        home = self.workdir / "namesrv"
-        _write_home(home, "namesrv")
-        self.namesrv_port = free_port()
-        _write_properties(home / "namesrv.properties", {"listenPort": self.namesrv_port})
-        self.namesrv = JavaServer("name server", home,
-                                  "org.apache.rocketmq.namesrv.NamesrvStartup",
-                                  ["-c", str(home / "namesrv.properties")], NAMESRV_READY, 128)
-        self.namesrv.start()
+        self._start_namesrv()
         broker_home = self.workdir / "broker"
         store = store_dir or broker_home / "store"
         self.settings = {**REFERENCE_BROKER_SETTINGS,
@@ -207,18 +222,50 @@ class ReferenceCluster:
         self._start_broker()
         return self
 
+    def _start_namesrv(self) -> None:
+        home = self.workdir / "namesrv"
+        _write_home(home, "namesrv")
+        ports_tried = []
+        for _ in range(PORT_ATTEMPTS):
+            self.namesrv_port = free_port()
+            ports_tried.append(self.namesrv_port)
+            _write_properties(home / "namesrv.properties", {"listenPort": self.namesrv_port})
+            self.namesrv = JavaServer("name server", home,
+                                      "org.apache.rocketmq.namesrv.NamesrvStartup",
+                                      ["-c", str(home / "namesrv.properties")], NAMESRV_READY,
+                                      128)
+            if self.namesrv.try_start():
+                return
+            if not self.namesrv.port_taken():
+                break
+        raise AssertionError(f"Apache name server did not start (ports tried: "
+                             f"{ports_tried}):\n"
+                             f"{self.namesrv.log_tail()}")
+
     def _start_broker(self) -> None:
+        """Start the broker; a first start whose port was taken meanwhile is tried again on
+        new ports, a restart keeps its port (clients and the name server know it)."""
         home = self.workdir / "broker"
         _write_home(home, "broker")
-        if not self.broker_port:
-            # The broker also listens on port - 2 (its VIP channel) and port + 1 (HA).
-            self.broker_port = free_port(neighbours=(-2, 1))
-        self.settings["listenPort"] = str(self.broker_port)
-        _write_properties(home / "broker.conf", self.settings)
-        self.broker = JavaServer("broker", home, "org.apache.rocketmq.broker.BrokerStartup",
-                                 ["-c", str(home / "broker.conf")], BROKER_READY,
-                                 self.heap_mb)
-        self.broker.start()
+        first = not self.broker_port
+        ports_tried = []
+        for _ in range(PORT_ATTEMPTS):
+            if first:
+                # The broker also listens on port - 2 (its VIP channel) and port + 1 (HA).
+                self.broker_port = free_port(neighbours=(-2, 1))
+            ports_tried.append(self.broker_port)
+            self.settings["listenPort"] = str(self.broker_port)
+            _write_properties(home / "broker.conf", self.settings)
+            self.broker = JavaServer("broker", home, "org.apache.rocketmq.broker.BrokerStartup",
+                                     ["-c", str(home / "broker.conf")], BROKER_READY,
+                                     self.heap_mb)
+            if self.broker.try_start():
+                return
+            if not (first and self.broker.port_taken()):
+                break
+        raise AssertionError(f"Apache broker did not start (listenPorts tried: "
+                             f"{ports_tried}):\n"
+                             f"{self.broker.log_tail()}")
 
     def stop_broker(self) -> int | None:
         """Stop the broker only (clean shutdown); the name server stays."""
