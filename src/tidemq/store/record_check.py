@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import enum
 import struct
-import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from tidemq.protocol.crc import crc32
 from tidemq.protocol.message import (
     BLANK_MAGIC,
     MAGIC_V1,
@@ -132,7 +132,7 @@ def inspect_record(
         )
     if check_crc:
         body_start = position + prefix_size
-        actual = zlib.crc32(buffer[body_start : body_start + body_length]) & 0x7FFFFFFF
+        actual = crc32(buffer[body_start : body_start + body_length]) & 0x7FFFFFFF
         if actual != crc:
             return Inspection(
                 RecordKind.INVALID,
@@ -174,7 +174,7 @@ def valid_record_size(
         properties_at + 2 + _INT16.unpack_from(buffer, properties_at)[0] != end
     ):
         return 0
-    if check_crc and zlib.crc32(buffer[body_start:cursor]) & 0x7FFFFFFF != crc:
+    if check_crc and crc32(buffer[body_start:cursor]) & 0x7FFFFFFF != crc:
         return 0
     return total
 

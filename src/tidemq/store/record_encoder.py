@@ -39,9 +39,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import add, and_, attrgetter
-from zlib import crc32
 
 from tidemq.limits import PROPERTIES_SIZE_MAX, TOPIC_NAME_LENGTH_MAX, topic_name_problem
+from tidemq.protocol.crc import crc32
 from tidemq.protocol.message import (
     KEY_SEPARATOR,
     MAGIC_V1,

@@ -41,10 +41,10 @@ from __future__ import annotations
 import functools
 import logging
 import struct
-import zlib
 from collections.abc import Callable, Sequence
 
 from tidemq.errors import StoreError
+from tidemq.protocol.crc import crc32 as accelerated_crc32
 from tidemq.protocol.message import (
     BLANK_MAGIC,
     KEY_SEPARATOR,
@@ -236,7 +236,7 @@ class CommitLogReplica:
         unpack_int32 = _INT32.unpack_from
         unpack_int16 = _INT16.unpack_from
         unpack_int64 = _INT64.unpack_from
-        crc32 = zlib.crc32
+        crc32 = accelerated_crc32
         mapped = queue.find_file(offset)
         while mapped is not None:
             buffer = mapped.buffer

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from store_helpers import small_config
 
+from tidemq.protocol import crc
 from tidemq.protocol.message import (
     MAGIC_V1,
     decode_properties,
@@ -271,3 +272,27 @@ def test_records_of_one_size_are_packed_as_the_joined_parts() -> None:
     assert record_encoder._pack_like_records(
         count, sizes, crcs, 3, flags, shared, viewed, topic_field, properties, body_lengths,
         properties_lengths) is None
+
+
+@pytest.mark.parametrize("crc32", [zlib.crc32, crc.crc32], ids=["zlib", "configured"])
+@pytest.mark.parametrize("body_length", [None, 1024])  # None: each body its own length
+def test_stored_bytes_do_not_depend_on_the_crc32_implementation(
+    tmp_path, monkeypatch, crc32, body_length
+) -> None:
+    # The encoder computes BODYCRC with protocol/crc.py's crc32 (ISA-L's when installed):
+    # with zlib's forced, or with whichever is configured, the records are the same bytes,
+    # and each BODYCRC is zlib's CRC of the body masked to 31 bits.
+    monkeypatch.setattr(record_encoder, "crc32", crc32)
+    count = 24
+    bodies = [bytes([n]) * (1024 if body_length is None else n + 1) for n in range(count)]
+    assert any(zlib.crc32(body) >> 31 for body in bodies)  # a CRC with its high bit set
+    batch = MessageBatch(
+        "Orders", 0, bodies, [f"UNIQ_KEY\x01U{n:031d}".encode() for n in range(count)],
+        [0] * count, None, [(f"U{n:031d}",) for n in range(count)],
+        born_host="10.0.0.7:4242",
+    )
+    with MemoryMessageStore(small_config(tmp_path)) as store:
+        assert store.put_batch(batch).status is PutStatus.PUT_OK
+        records = decode_records(store.get_messages("Orders", 0, 0, count, 1 << 30).body)
+    assert [r.body for r in records] == bodies
+    assert [r.body_crc for r in records] == [zlib.crc32(body) & 0x7FFFFFFF for body in bodies]
