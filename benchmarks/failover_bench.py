@@ -12,7 +12,8 @@ starts them):
   sending single messages. Each round SIGKILLs the master and measures the time from the kill
   to the first SEND_OK whose offset msg id names another broker; the killed broker is
   started again and the round ends when it is back in the sync-state set. The distribution
-  over ``--rounds`` is printed (min, median, p90, max).
+  over ``--rounds`` is printed (min, median, p90, max), and how many rounds met the issue's
+  10 s bound.
 - ``produce_ratio``: batches of 64 x 1 KiB, 16 in flight (``tidemq bench produce``) to a
   SYNC_MASTER + one slave (ASYNC_FLUSH), once as a static pair and once in controller mode,
   alternating, ``--runs`` times each; the ratio controller / static of msg/s and of the
@@ -44,6 +45,10 @@ from store_bench import machine_description  # noqa: E402
 
 DEFAULT_TIMINGS = {"controllerHeartBeatTimeoutMills": "3000", "brokerHeartbeatInterval": "500",
                    "controllerFenceMarginMills": "1000", "haMaxTimeSlaveNotCatchup": "15000"}
+# Issue 12: a new master takes writes within 10 s of the SIGKILL (every round), median <= 5 s.
+# tests/integration/test_failover.py checks that writes resume at all (a generous bound);
+# the time is this benchmark's figure.
+WRITES_RESUME_GOAL_MS = 10_000
 TIDEMQ = os.path.join(os.path.dirname(sys.executable), "tidemq")
 
 
@@ -148,9 +153,12 @@ def main() -> int:
             took = failover_rounds(base / "failover", args.rounds)
             ordered = sorted(took)
             p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+            within = sum(1 for t in took if t <= WRITES_RESUME_GOAL_MS)
             print(f"failover_ms over {len(took)} rounds: min {ordered[0]:.0f}, median "
                   f"{statistics.median(took):.0f}, p90 {p90:.0f}, max {ordered[-1]:.0f} "
                   f"(all: {', '.join(f'{t:.0f}' for t in took)}); {load()}")
+            print(f"writes resumed within {WRITES_RESUME_GOAL_MS / 1000:.0f} s (issue 12's "
+                  f"test goal): {within} of {len(took)} rounds")
         if not args.skip_produce:
             ratios, cpu_ratios = [], []
             for run in range(args.runs):

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tidemq.client import (
     Admin,
@@ -196,10 +198,25 @@ def test_consumer_commits_seeks_and_resumes_where_the_group_left_off(tidemq_clus
     run(scenario())
 
 
-def test_poll_long_polls_until_a_message_arrives(tidemq_cluster):
-    cluster = tidemq_cluster()
+def parked_pulls(metrics_url: str) -> float:
+    """The broker's ``tidemq_broker_pulls_parked`` gauge, scraped from its Prometheus
+    endpoint: how many long-polling pulls it holds now."""
+    with urllib.request.urlopen(metrics_url, timeout=30) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "tidemq_broker_pulls_parked":
+                return sample.value
+    raise AssertionError(f"no tidemq_broker_pulls_parked at {metrics_url}")
+
+
+def test_poll_long_polls_until_a_message_arrives(tidemq_cluster, free_port):
+    metrics_port = free_port()
+    cluster = tidemq_cluster(broker_overrides={"metricsExporterType": "PROM",
+                                               "metricsPromExporterPort": metrics_port})
     namesrv = cluster.namesrv_addr
     topic = "ClientLongPoll"
+    metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
 
     async def scenario() -> None:
         queues = await create_topic(namesrv, topic, queues=1)
@@ -215,7 +232,13 @@ def test_poll_long_polls_until_a_message_arrives(tidemq_cluster):
                 await asyncio.sleep(0.05)
             assert consumer.position(queues[0]) == 0
             waiting = asyncio.ensure_future(consumer.poll(20_000))
-            await asyncio.sleep(0.5)  # time to park the long poll: a message is sent after it
+            # The message is sent once the broker holds the consumer's pull (its fetch runs
+            # in the background), so it is the arrival that answers the long poll.
+            deadline = loop.time() + READ_WAIT_S
+            while await loop.run_in_executor(None, parked_pulls, metrics_url) < 1:
+                assert loop.time() < deadline, f"no pull parked after {READ_WAIT_S} s"
+                assert not waiting.done(), f"poll returned {waiting.result()} before a send"
+                await asyncio.sleep(0.05)
             assert not waiting.done()
             await producer.send(Message(topic, b"wake up"))
             got = await waiting

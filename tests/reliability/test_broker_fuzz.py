@@ -269,38 +269,50 @@ def make_case(rng: random.Random, index: int) -> Case:
     return Case(label, data, request, wait_s, not silent_ok)
 
 
-def run_case(address: tuple[str, int], case: Case) -> tuple[str, str | None]:
-    """Send the case's bytes on a new connection, half-close, and judge what comes back.
+@dataclass
+class CaseOutcome:
+    """What one case got: ``kind`` is "answered", "closed" or "silent"; ``problem`` is None
+    when the broker behaved, else what went wrong; ``answer`` is the response read, if any."""
 
-    Returns:
-        (outcome, problem): outcome is "answered", "closed" or "silent"; problem is None when
-        the broker behaved, else what went wrong.
-    """
+    kind: str
+    problem: str | None = None
+    answer: RemotingCommand | None = None
+
+
+def run_case(address: tuple[str, int], case: Case) -> CaseOutcome:
+    """Send the case's bytes on a new connection, half-close, and judge what comes back:
+    a closed connection (EOF or reset) is told apart from silence (nothing within
+    ``case.wait_s``), and each is a problem only when ``case.must_answer``."""
     decoder = FrameDecoder()
     with socket.create_connection(address, timeout=case.wait_s) as connection:
         try:
             connection.sendall(case.data)
             connection.shutdown(socket.SHUT_WR)  # the broker answers what it has, then closes
         except OSError:
-            return "closed", "closed while the request was written" if case.must_answer else None
+            return CaseOutcome("closed", "closed while the request was written"
+                               if case.must_answer else None)
         try:
             while True:  # ends: each recv is bounded by the socket timeout
                 chunk = connection.recv(65536)
                 if not chunk:
-                    return "closed", "closed without an answer" if case.must_answer else None
+                    return CaseOutcome("closed", "closed without an answer"
+                                       if case.must_answer else None)
                 commands = decoder.feed(chunk)
                 if commands:
                     response = commands[0]
                     if case.request is not None and (
                             not response.is_response or response.opaque != case.request.opaque):
-                        return "answered", f"not a response to it: {response.describe()}"
-                    return "answered", None
+                        return CaseOutcome("answered",
+                                           f"not a response to it: {response.describe()}",
+                                           response)
+                    return CaseOutcome("answered", None, response)
         except ConnectionResetError:
-            return "closed", "reset without an answer" if case.must_answer else None
+            return CaseOutcome("closed", "reset without an answer" if case.must_answer else None)
         except TimeoutError:
-            return "silent", f"no answer within {case.wait_s} s" if case.must_answer else None
+            return CaseOutcome("silent", f"no answer within {case.wait_s} s"
+                               if case.must_answer else None)
         except Exception as e:  # the broker's bytes did not decode
-            return "answered", f"unreadable answer: {e!r}"
+            return CaseOutcome("answered", f"unreadable answer: {e!r}")
 
 
 def health_check(address: tuple[str, int]) -> RemotingCommand:
@@ -331,10 +343,10 @@ def test_broker_survives_random_and_mutated_frames_and_keeps_answering(tidemq_cl
     outcomes: collections.Counter[str] = collections.Counter()
     for index in range(CASES):
         case = make_case(rng, index)
-        outcome, problem = run_case(address, case)
-        outcomes[outcome] += 1
-        if problem is not None:
-            problems.append(f"{case.label}: {problem}")
+        outcome = run_case(address, case)
+        outcomes[outcome.kind] += 1
+        if outcome.problem is not None:
+            problems.append(f"{case.label}: {outcome.problem}")
         assert broker.running, (f"seed {seed}: the broker died on {case.label}\n"
                                 f"{broker.log_tail()}")
         health = health_check(address)

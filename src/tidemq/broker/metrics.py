@@ -68,6 +68,11 @@ class BrokerCollector:
                                         "Open client connections.")
         connections.add_metric((), self._connection_count())
         yield connections
+        parked = GaugeMetricFamily("tidemq_broker_pulls_parked",
+                                   "Long-polling pulls held now, each waiting for a message "
+                                   "or its suspend timeout.")
+        parked.add_metric((), parts.pull_holds.parked_count)
+        yield parked
 
     def _identity(self) -> Iterator[Metric]:
         # The role and brokerId now, not as configured: a role switch (failover) changes them.
