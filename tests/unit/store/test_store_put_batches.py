@@ -1,6 +1,7 @@
 """Batches appended together (``put_batches``) are stored and answered exactly as the same
 batches put one by one (``put_batch``), on both stores: the same commit-log bytes, queue
-offsets, msg ids and index entries, whether they fit the current segment (one write) or not."""
+offsets, msg ids, consume-queue entries and index entries (the files byte for byte), whether
+they fit the current segment (one write) or not."""
 
 from __future__ import annotations
 
@@ -105,6 +106,10 @@ def test_batches_appended_together_are_stored_as_one_by_one(tmp_path, monkeypatc
             for store in (together, one_by_one):
                 store.flush()
             assert index_bytes(tmp_path / "together") == index_bytes(tmp_path / "one-by-one")
+            queue_files = consume_queue_bytes(tmp_path / "together")
+            assert len(queue_files) == len({(b.topic, b.queue_id) for b in made} | (
+                {("Orders", 2)} if fill else set()))
+            assert queue_files == consume_queue_bytes(tmp_path / "one-by-one")
     finally:
         together.close()
         one_by_one.close()
@@ -113,6 +118,13 @@ def test_batches_appended_together_are_stored_as_one_by_one(tmp_path, monkeypatc
 def index_bytes(root) -> list[bytes]:
     """The bytes of the store's index files, in name (creation) order."""
     return [path.read_bytes() for path in sorted((root / "index").iterdir())]
+
+
+def consume_queue_bytes(root) -> dict[str, bytes]:
+    """Each consume-queue file's bytes by its path under the store (topic/queue/offset)."""
+    queues = root / "consumequeue"
+    return {str(path.relative_to(queues)): path.read_bytes()
+            for path in sorted(queues.rglob("*")) if path.is_file()}
 
 
 def count_writes(monkeypatch) -> dict[str, int]:
