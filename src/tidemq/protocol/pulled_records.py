@@ -45,6 +45,7 @@ from operator import and_, attrgetter, itemgetter
 from typing import Any
 
 from tidemq.errors import RemoteProtocolError
+from tidemq.protocol.crc import crc32 as body_crc32
 from tidemq.protocol.message import (
     _HOSTS_V6,
     _INT16,
@@ -184,7 +185,7 @@ def decode_pulled_records(
     messages: list[MessageExt] = []
     append = messages.append
     check_crc = damaged is not None
-    crc32 = zlib.crc32
+    crc32 = body_crc32
     new = object.__new__
     cls = PulledMessageExt
     topic_bytes = b"\x00"  # TOPICLENGTH and TOPIC of the last record: an empty topic first
@@ -307,7 +308,7 @@ def _decode_same_size(source: bytes, broker_name: str,
         append(message)
     if damaged is not None:
         stored = list(map(_first, numbers.iter_unpack(source)))
-        computed = list(map(and_, map(zlib.crc32, map(_get_body, messages)),
+        computed = list(map(and_, map(body_crc32, map(_get_body, messages)),
                             repeat(_CRC_MASK)))
         if stored != computed:  # rare: find the damaged ones, keep the order of the rest
             intact: list[MessageExt] = []
