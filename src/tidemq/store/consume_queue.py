@@ -135,6 +135,13 @@ class ConsumeQueue:
 
     # -- writes ---------------------------------------------------------------------------------
 
+    def adopt_first_segment(self, mapped: MappedFile) -> None:
+        """Take ``mapped``, the empty first segment of this new queue made and mapped ahead
+        (queue_file_preparer.py), as the queue's first segment."""
+        assert self.queue.last_file() is None and mapped.file_from_offset == 0, mapped
+        mapped.reserve_chunk = min(RESERVE_CHUNK_BYTES, self.file_size)
+        self.queue.register(mapped)
+
     def ensure_room(self, entry_count: int) -> None:
         """Create (as spares) the segments ``entry_count`` more entries need and reserve
         their disk space, so a later ``put`` cannot fail half way or fault on a full disk.

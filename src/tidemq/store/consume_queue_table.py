@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Callable
 
 from tidemq.store.consume_queue import ConsumeQueue
-from tidemq.store.mapped_file import parse_file_name
+from tidemq.store.mapped_file import MappedFile, parse_file_name
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,9 @@ class ConsumeQueueTable:
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         # Queues found wrong at load or by recovery, to rebuild from the commit log.
         self.broken: set[tuple[str, int]] = set()
+        # ``take_prepared(topic, queue_id)``: a new queue's first segment made and mapped
+        # ahead (queue_file_preparer.py), or None; set by the file store.
+        self.take_prepared: Callable[[str, int], MappedFile | None] | None = None
 
     def load(self) -> None:
         """Map every queue found under the directory (write positions are set by recovery).
@@ -82,7 +86,8 @@ class ConsumeQueueTable:
         return self._queues.get((topic, queue_id))
 
     def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
-        """The queue, made empty if new (no file is created before its first entry)."""
+        """The queue, made empty if new (no file is created before its first entry; a first
+        segment made ahead is adopted)."""
         queue = self._queues.get((topic, queue_id))
         if queue is None:
             directory = (
@@ -91,6 +96,10 @@ class ConsumeQueueTable:
                 else os.path.join(self.directory, topic, str(queue_id))
             )
             queue = ConsumeQueue(topic, queue_id, directory, self.file_size)
+            if self.take_prepared is not None:
+                prepared = self.take_prepared(topic, queue_id)
+                if prepared is not None:
+                    queue.adopt_first_segment(prepared)
             self._queues[(topic, queue_id)] = queue
         return queue
 

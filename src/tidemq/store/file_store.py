@@ -158,6 +158,7 @@ class FileMessageStore(StoreCore):
             os.path.join(root, CONSUME_QUEUE_DIR), config.mapped_file_size_consume_queue,
             lambda topic, queue_id: queues.get(topic, queue_id) is not None,
         )
+        queues.take_prepared = self._queue_files.take
         self._start_flush_services()
         self._opened = []
 

@@ -13,25 +13,32 @@ outrunning this thread, made each file the thread had not reached yet (1,024 que
 of system time per message on the loop against about 1 for one queue, measured on a busy
 ext4, inode allocation the bulk). This service's thread makes them, each exactly as a new
 queue's first segment starts (sized sparse, its first page reserved and warmed:
-mapped_file.py), then closes it: no descriptor is held and nothing is mapped. The queue's
-first put finds the file and only opens and maps it (``MappedFile.create`` takes a file that
-is already there).
+mapped_file.py), and also maps it and touches its first page for writing, so the queue's
+first put finds a ready segment (``take``, from ``ConsumeQueueTable.get_or_create``): no
+open, no map and no page fault on the loop. Why the map too: with the files made ahead, a
+new queue still cost the loop ~40 µs (open, fstat, mmap and its descriptor copy, two faults
+on the first page, close), which at 10,000 new queues fed in batches of 64 was a third of the
+loop's extra time per message over one queue (benchmarks/RESULTS.md, owner queues).
 
 Safety of the hand-over: a file is made under a ``.tmp`` name and hard-linked to its segment
 name, which fails when the name exists, so a file the loop created meanwhile (and may be
 writing through its mapping) is never replaced; the loop's own creation truncates any file
-that appears at that name, which is a prepared file nobody else uses. A ``.tmp`` left by a
-crash is deleted when the queue is loaded. A prepared file holds zeros: after a restart it
-loads as an empty queue. ``forget`` (deleting a topic) drops the topic's pending files and
-waits for the one being made, so none appears after its directory is removed.
+that appears at that name, which is a prepared file nobody else uses. A mapped segment is
+handed over only while its queue does not exist in the store: ``take`` and the thread's
+publishing of a segment are under one lock, and a queue the loop made meanwhile (``take``
+found nothing ready) is marked claimed, so the thread then unmaps its segment instead (the
+file stays: the loop maps the same zeros). A ``.tmp`` left by a crash is deleted when the
+queue is loaded. A prepared file holds zeros: after a restart it loads as an empty queue.
+``forget`` (deleting a topic) drops the topic's pending files and ready segments and waits
+for the one being made, so none appears after its directory is removed.
 
 Costs: 4 KiB of disk per queue of a topic that is written to (or created with 16 queues or
-more), whether or not every queue is, and a descriptor per such queue once the broker
-restarts (it maps every queue file it finds); nothing for narrower topics never written.
-Queues that already have a file are skipped.
+more), whether or not every queue is, and a descriptor and a 4 KiB page of memory per such
+queue from then on (what a restart costs anyway: it maps every queue file it finds);
+nothing for narrower topics never written. Queues that already have a file are skipped.
 
-Threads: ``request`` and ``forget`` from any thread; the files are made by the thread
-"tidemq-queue-file-preparer", started on the first request or by ``start``.
+Threads: ``request``, ``take`` and ``forget`` from any thread; the files are made by the
+thread "tidemq-queue-file-preparer", started on the first request or by ``start``.
 """
 
 from __future__ import annotations
@@ -39,12 +46,19 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import mmap
 import os
 import threading
 from collections.abc import Callable
 
 from tidemq.errors import StoreError
-from tidemq.store.mapped_file import TEMPORARY_SUFFIX, file_name, start_sparse_segment
+from tidemq.store.mapped_file import (
+    TEMPORARY_SUFFIX,
+    MappedFile,
+    file_name,
+    first_page_size,
+    start_sparse_segment,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +80,12 @@ class QueueFilePreparer:
         self._has_queue = has_queue
         self._pending: collections.deque[tuple[str, int]] = collections.deque()
         self._requested: set[tuple[str, int]] = set()  # (topic, queue count) asked for
+        # Under ``_wake``: first segments made and mapped, waiting for their queue's first
+        # put; and queues the store made itself while their file was pending or being made
+        # here (``take`` found nothing ready), whose segment is then not handed over.
+        self._ready: dict[tuple[str, int], MappedFile] = {}
+        self._claimed: set[tuple[str, int]] = set()
+        self._requested_topics: set[str] = set()
         # Held while a file is made; ``forget`` takes it so no file of a deleted topic is
         # half made when its directory goes.
         self._busy = threading.Lock()
@@ -87,10 +107,29 @@ class QueueFilePreparer:
             if self._closed or key in self._requested:
                 return
             self._requested.add(key)
+            self._requested_topics.add(topic)
             self._pending.extend((topic, queue_id) for queue_id in range(queue_count)
                                  if not self._has_queue(topic, queue_id))
             self._start_locked()
             self._wake.notify()
+
+    @property
+    def ready_count(self) -> int:
+        """How many mapped first segments wait for their queue's first put."""
+        with self._wake:
+            return len(self._ready)
+
+    def take(self, topic: str, queue_id: int) -> MappedFile | None:
+        """The first segment made and mapped ahead for a new queue, now the caller's, or None
+        (the caller then makes or opens the file itself, and this service hands none over
+        for that queue any more). A dictionary lookup under a lock: the store calls it for
+        every queue it creates."""
+        key = (topic, queue_id)
+        with self._wake:
+            mapped = self._ready.pop(key, None)
+            if mapped is None and topic in self._requested_topics:
+                self._claimed.add(key)
+            return mapped
 
     def start(self) -> None:
         """Start the thread now rather than at the first ``request``: starting a thread waits
@@ -113,15 +152,25 @@ class QueueFilePreparer:
             self._pending = collections.deque(item for item in self._pending
                                               if item[0] != topic)
             self._requested = {key for key in self._requested if key[0] != topic}
+            self._requested_topics.discard(topic)
+            self._claimed = {key for key in self._claimed if key[0] != topic}
+            dropped = [key for key in self._ready if key[0] == topic]
+            for key in dropped:
+                self._ready.pop(key).close()
 
     def close(self) -> None:
-        """Stop the thread; pending files are not made."""
+        """Stop the thread; pending files are not made, ready segments are unmapped (their
+        files stay: empty queues)."""
         with self._wake:
             self._closed = True
             self._pending.clear()
             self._wake.notify()
         if self._thread is not None:
             self._thread.join()
+        with self._wake:
+            ready, self._ready = self._ready, {}
+        for mapped in ready.values():
+            mapped.close()
 
     def _run(self) -> None:
         while True:
@@ -135,11 +184,18 @@ class QueueFilePreparer:
                     if not self._pending:
                         continue
                     topic, queue_id = self._pending.popleft()
+                    if (topic, queue_id) in self._claimed:
+                        self._claimed.discard((topic, queue_id))
+                        continue
                 if self._has_queue(topic, queue_id):
+                    with self._wake:
+                        self._claimed.discard((topic, queue_id))
                     continue
                 try:
-                    if self._make(topic, queue_id):
+                    made = self._make(topic, queue_id)
+                    if made:
                         self.prepared += 1
+                        self._hand_over(topic, queue_id)
                 except (OSError, StoreError) as exc:
                     # Nothing lost: the queue's first put creates the file itself (and
                     # reports a full disk or a descriptor shortage to the sender). The rest
@@ -150,6 +206,37 @@ class QueueFilePreparer:
                     with self._wake:
                         self._pending = collections.deque(
                             item for item in self._pending if item[0] != topic)
+
+    def _hand_over(self, topic: str, queue_id: int) -> None:
+        # Map the file just made and offer it to ``take``, unless the queue was made
+        # meanwhile (its put may be writing the same file through a mapping of its own).
+        # A failure to map (out of descriptors) only leaves the file for the first put to
+        # open, as before.
+        path = os.path.join(self.directory, topic, str(queue_id), file_name(0))
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            return
+        try:
+            mapping = mmap.mmap(fd, self.file_size, access=mmap.ACCESS_WRITE)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+        mapped = MappedFile(path, 0, self.file_size, mapping)
+        mapped.reserved_position = first_page_size(self.file_size)
+        key = (topic, queue_id)
+        with self._wake:
+            if not (self._closed or key in self._claimed or self._has_queue(topic, queue_id)):
+                # Nobody else writes this file (a put claims the queue under this lock
+                # first), so writing the zero that is there only faults the first page in,
+                # writable: threads share the page tables, and the loop's first entry then
+                # takes no fault.
+                mapping[0] = 0
+                self._ready[key] = mapped
+                return
+            self._claimed.discard(key)
+        mapped.close()
 
     def _make(self, topic: str, queue_id: int) -> bool:
         queue_dir = os.path.join(self.directory, topic, str(queue_id))
