@@ -14,7 +14,9 @@ This opens a ``FileMessageStore`` with the broker's default settings in a fresh 
 1 ms at a time and records how late each wake-up is. It prints, per run and as the median
 over runs, the probe's lateness p99 / p999 / max and how many wake-ups per second were more
 than 2 ms late (uvloop's timers have millisecond resolution): the loop's own stalls, without
-a network or other processes in the way.
+a network or other processes in the way. ``--idle-queues N`` first writes one message to each
+of N other queues and syncs them, as a broker holds after figures.py's 1,024-queue round:
+queues that exist but are not written during the run.
 Compare two source trees with ``PYTHONPATH=<other tree>/src``, alternating.
 """
 
@@ -36,7 +38,8 @@ QUEUES = 8
 LATE_MS = 2.0
 
 
-async def _run(rate: float, seconds: float, flush: str, root: str) -> dict:
+async def _run(rate: float, seconds: float, flush: str, root: str, idle_queues: int = 0
+               ) -> dict:
     from tidemq.store.config import StoreConfig
     from tidemq.store.file_store import FileMessageStore
     from tidemq.store.interface import StoreMessage
@@ -47,6 +50,11 @@ async def _run(rate: float, seconds: float, flush: str, root: str) -> dict:
     late_ms: list[float] = []
     stored = [0]
     try:
+        for queue_id in range(idle_queues):
+            store.put_message(StoreMessage(
+                f"LoopStallIdle{queue_id // 1000}", queue_id % 1000, body, {},
+                born_timestamp=int(time.time() * 1000), born_host="127.0.0.1:50000"))
+        store.flush()
         deadline = loop.time() + seconds
 
         async def produce() -> None:
@@ -87,6 +95,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH")
+    parser.add_argument("--idle-queues", type=int, default=0,
+                        help="queues written once before the run (not during it)")
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -97,7 +107,8 @@ def main() -> int:
     for _ in range(args.runs):
         root = tempfile.mkdtemp(prefix="loop-stall-", dir=args.dir)
         try:
-            runs.append(run_on_loop(_run(args.rate, args.seconds, args.flush, root)))
+            runs.append(run_on_loop(_run(args.rate, args.seconds, args.flush, root,
+                                         args.idle_queues)))
         finally:
             shutil.rmtree(root, ignore_errors=True)
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -107,7 +118,8 @@ def main() -> int:
         print(json.dumps({"runs": runs, "median": median, "load_average": load}))
         return 0
     print(f"loop stall bench: {args.rate:g} msg/s of 1 KiB for {args.seconds:g} s, {args.flush}, "
-          f"probe every {PROBE_PERIOD_S * 1000:g} ms; load {load}")
+          f"{args.idle_queues} idle queues, probe every {PROBE_PERIOD_S * 1000:g} ms; "
+          f"load {load}")
     for number, run in enumerate(runs):
         print(f"run {number}: {run['stored']} stored; probe late p99 {run['late_ms_p99']:.2f} "
               f"p999 {run['late_ms_p999']:.2f} max {run['late_ms_max']:.2f} ms; "

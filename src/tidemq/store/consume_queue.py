@@ -82,10 +82,14 @@ class ConsumeQueue:
     Args:
         directory: ``<root>/consumequeue/<topic>/<queueId>``, or None in memory.
         file_size: ``mapped_file_size_consume_queue`` (a multiple of 20).
+        written: the set this queue adds itself to whenever it writes entries (the table's:
+            the periodic flush syncs only the queues in it; ``ConsumeQueueTable``).
     """
 
-    def __init__(self, topic: str, queue_id: int, directory: str | None, file_size: int) -> None:
+    def __init__(self, topic: str, queue_id: int, directory: str | None, file_size: int,
+                 written: set[ConsumeQueue] | None = None) -> None:
         self.topic = topic
+        self._written: set[ConsumeQueue] = set() if written is None else written
         self.queue_id = queue_id
         self.queue = MappedFileQueue(directory, file_size, reserve_chunk=RESERVE_CHUNK_BYTES)
         self.file_size = file_size
@@ -175,6 +179,7 @@ class ConsumeQueue:
         Entries below ``max_offset`` are already there (re-dispatch after a crash) and are
         skipped; a gap above it (a queue rebuilt from the middle) is padded with fillers.
         """
+        self._written.add(self)
         mapped = self.queue.last_file()
         if mapped is not None:
             position = mapped.write_position
@@ -339,6 +344,7 @@ class ConsumeQueue:
             assert mapped is not None
             position = offset * ENTRY_SIZE - mapped.file_from_offset
             mapped.buffer[position : position + ENTRY_SIZE] = _FILLER
+            self._written.add(self)
             count += 1
             offset += 1
         if count:
@@ -364,6 +370,7 @@ class ConsumeQueue:
             else:
                 high = middle
         if low < max_offset:
+            self._written.add(self)
             self.queue.truncate_dirty(low * ENTRY_SIZE)
             self._min_offset = min(self._min_offset, low)
         return max_offset - low

@@ -239,11 +239,16 @@ class FileMessageStore(StoreCore):
         if self.checkpoint is not None:
             self.checkpoint.physic_msg_timestamp = timestamp
 
-    def _sync_logics(self, *, index_now: bool = False) -> None:
+    def _sync_logics(self, *, index_now: bool = False, every_queue: bool = False) -> None:
         with self._flush_lock:
+            # Read first: every entry stored up to it was written, so its queue was put in
+            # ``written``, before this (consume_queue_table.py).
             timestamp = self.last_dispatched_timestamp
-            for queue in self.queues.all():
-                queue.flush()
+            if every_queue:
+                for queue in self.queues.all():
+                    queue.flush()
+            else:
+                self.queues.flush_written()
             checkpoint = self.checkpoint
             if checkpoint is None:
                 return
@@ -259,7 +264,7 @@ class FileMessageStore(StoreCore):
     def flush(self) -> None:
         """Sync the commit log, the consume queues, the index and the checkpoint."""
         self._sync_commit_log()
-        self._sync_logics(index_now=True)
+        self._sync_logics(index_now=True, every_queue=True)
 
     def _disk_used_ratio(self) -> float:
         return disk_used_ratio(self.root_dir)
