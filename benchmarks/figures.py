@@ -30,6 +30,16 @@ and the end (the machine is shared: compare figures of one table, or tables of s
 load). It also prints the host's speed at the start (codec_bench's calibration, CPU µs; the
 same code measured 1.4x slower at 5.8 than at 4.2): compare tables of similar calibration.
 ``--quick``: one run, fewer messages and shorter latency runs, for a check while working.
+
+Diagnostics (they change nothing a row measures, nor the order of the steps): after the
+table, the conditions each row's step started in, per run: the 1-minute load average, the
+machine's dirty and under-writeback page cache and its free memory (MB) (figures measured
+after heavy rounds meet the writeback and the page-cache state those rounds left); the host's
+speed is measured again at the end. ``--host-check`` runs ``page_cache_bench.py`` (4 x 256
+MiB) before everything and prints what a write into new page cache costs now (0.2 us/KiB
+on a plain host, ~2.2 once a ballooned VM's backed memory is used up: throughput figures are
+comparable only between tables whose host check reads alike); it is off by default because
+it writes 1 GiB of page cache itself before the runs.
 """
 
 from __future__ import annotations
@@ -72,6 +82,20 @@ TARGETS: dict[str, tuple[str, str, object]] = {
 }
 
 
+# Conditions each step started in, by step name, for the run in progress (diagnostics only).
+_conditions: dict[str, dict[str, float]] = {}
+
+
+def note_conditions(step: str) -> None:
+    """Record the load average and the machine's page-cache state as ``step`` starts."""
+    with open("/proc/meminfo") as meminfo:
+        fields = {name: int(rest.split()[0]) / 1024
+                  for name, rest in (line.split(":", 1) for line in meminfo)}
+    _conditions.setdefault(step, {"load": os.getloadavg()[0], "dirty_mb": fields["Dirty"],
+                                  "writeback_mb": fields["Writeback"],
+                                  "free_mb": fields["MemFree"]})
+
+
 def create_topic(namesrv: str, topic: str, queues: int) -> None:
     import subprocess
 
@@ -83,6 +107,7 @@ def create_topic(namesrv: str, topic: str, queues: int) -> None:
 
 def latency_figures(namesrv: str, work_dir: str, prefix: str, seconds: float,
                     **kwargs: object) -> dict[str, float]:
+    note_conditions(prefix)
     result = measure(namesrv, work_dir, seconds=seconds, **kwargs)  # type: ignore[arg-type]
     return {f"{prefix}_p99": result["latency_ms_p99"],
             f"{prefix}_p999": result["latency_ms_p999"],
@@ -92,6 +117,7 @@ def latency_figures(namesrv: str, work_dir: str, prefix: str, seconds: float,
 
 def produce_figures(server: DevServer, name: str, topic: str, count: int,
                     *args: str) -> dict[str, float]:
+    note_conditions(name)
     summary = produce_with_cpu(server, topic, count, *args)
     return {name: summary["msgs_per_s"],
             f"{name}_broker_cpu": summary["broker_cpu_us_per_msg"]}
@@ -129,6 +155,7 @@ def async_figures(args: argparse.Namespace, work_dir: str,
     figures = produce_figures(server, "produce_single", "FigSingle", args.messages // 4,
                               "-s", size, "-b", "0", "-c", "64")
     wait_process_idle(pid)
+    note_conditions("consume_pull")
     figures["consume_pull"] = bench(namesrv, "consume", "-t", "FigBatch0", "--from", "first",
                                     "--count", str(args.messages))["msgs_per_s"]
     rates = {}
@@ -136,6 +163,7 @@ def async_figures(args: argparse.Namespace, work_dir: str,
         topic = f"FigQueues{queues}"
         create_topic(namesrv, topic, queues)
         wait_process_idle(pid)
+        note_conditions(f"queues_{queues}")
         rates[queues] = bench(namesrv, "produce", "-t", topic, "-s", size, "-b", "64",
                               "-c", "16", "--count", str(args.messages),
                               timeout_s=600)["msgs_per_s"]
@@ -155,6 +183,7 @@ def async_figures(args: argparse.Namespace, work_dir: str,
 def one_run(args: argparse.Namespace) -> dict[str, float]:
     work_dir = tempfile.mkdtemp(prefix="figures-", dir=args.dir)
     servers: list[DevServer] = []
+    _conditions.clear()
     try:
         for side in ("async", "sync"):
             os.makedirs(os.path.join(work_dir, side))
@@ -172,6 +201,7 @@ def one_run(args: argparse.Namespace) -> dict[str, float]:
         wait_process_idle(sync_server.process.pid)
         figures.update(latency_figures(sync_server.namesrv, work_dir, "e2e_pull_2000_sync",
                                        args.latency_seconds, consumer_kind="pull"))
+        figures["conditions"] = dict(_conditions)  # type: ignore[assignment]
         return figures
     finally:
         for server in servers:
@@ -197,6 +227,34 @@ def table(runs: list[dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def conditions_table(runs: list[dict]) -> str:
+    """Per step, the conditions it started in, run by run (load 1 min / dirty MB /
+    writeback MB / free GB)."""
+    steps = list(dict.fromkeys(step for run in runs for step in run.get("conditions", {})))
+    lines = ["| step | load / dirty MB / writeback MB / free GB at its start, per run |",
+             "|---|---|"]
+    for step in steps:
+        cells = []
+        for run in runs:
+            noted = run.get("conditions", {}).get(step)
+            cells.append("-" if noted is None else
+                         f"{noted['load']:.1f} / {noted['dirty_mb']:,.0f} / "
+                         f"{noted['writeback_mb']:,.0f} / {noted['free_mb'] / 1024:.1f}")
+        lines.append(f"| {step} | {'; '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def host_check(directory: str) -> list[dict[str, float]]:
+    """page_cache_bench.py's files (4 x 256 MiB): what a write into new page cache costs."""
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "page_cache_bench.py"),
+         "--files", "4", "--file-mib", "256", "--dir", directory, "--json"],
+        capture_output=True, text=True, timeout=600, check=True)
+    return json.loads(out.stdout)["files"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -207,18 +265,23 @@ def main() -> int:
                         help="one run, 50,000 messages, 8 s latency runs")
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--host-check", action="store_true",
+                        help="run page_cache_bench.py (4 x 256 MiB) first and print it")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.messages, args.latency_seconds = 1, 50_000, 8
     os.makedirs(args.dir, exist_ok=True)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = load_average()
+    host = host_check(args.dir) if args.host_check else None
     calibration = calibration_us()
     runs = [one_run(args) for _ in range(args.runs)]
     load_after = load_average()
+    calibration_after = calibration_us()
     if args.json:
         print(json.dumps({"started": started, "machine": machine_description(),
                           "calibration_cpu_us": calibration,
+                          "calibration_cpu_us_after": calibration_after, "host_check": host,
                           "load_average": [load_before, load_after], "runs": runs}))
         return 0
     print(f"figure set: {args.runs} run(s), {args.messages} x {args.size} B, latency runs "
@@ -226,7 +289,12 @@ def main() -> int:
     print(f"machine: {machine_description()}; host speed: codec_bench send_request_decode "
           f"{calibration:.2f} CPU us")
     print(f"load average (1, 5, 15 min): {load_before} at the start, {load_after} at the end")
+    if host is not None:
+        print("host check (page_cache_bench.py, 4 x 256 MiB of new page cache): system "
+              + ", ".join(f"{f['system_us_per_kib']:.2f}" for f in host) + " us/KiB")
     print(table(runs))
+    print(f"\nhost speed at the end: {calibration_after:.2f} CPU us (start {calibration:.2f})")
+    print(conditions_table(runs))
     return 0
 
 
