@@ -78,7 +78,7 @@ from tidemq.protocol.codes import (
     ResponseCode,
 )
 from tidemq.protocol.command import RemotingCommand
-from tidemq.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from tidemq.protocol.headers import PullMessageRequestHeader
 from tidemq.protocol.message import POSITION_PHYSICAL_OFFSET, PROPERTY_RETRY_TOPIC
 from tidemq.store.interface import GetResult, GetStatus
 
@@ -253,7 +253,15 @@ class PullMessageProcessor:
             RETRY_GROUP_TOPIC_PREFIX
         ):
             record_test = self._retry_filter(header.consumer_group)
-        config = self._config
+        first = mode is _FIRST
+        if first and header.sys_flag & PULL_FLAG_SUSPEND and self._nothing_new(header):
+            # The read would say PULL_NOT_FOUND (nothing after the offset), which parks a
+            # suspended pull: park it without the read and an answer nobody sends.
+            if header.sys_flag & PULL_FLAG_COMMIT_OFFSET and not self._role.is_slave:
+                self._offsets.commit_offset(
+                    header.consumer_group, header.topic, header.queue_id, header.commit_offset
+                )
+            return self._park(request, connection, header)
         result = self._store.get_messages(
             header.topic,
             header.queue_id,
@@ -265,8 +273,8 @@ class PullMessageProcessor:
         if record_test is not None and result.status is GetStatus.FOUND:
             result = _filter_result(result, record_test, header)
         code = _response_code(result, header.queue_offset)
-        if mode is PullMode.WAKE and (
-            code == ResponseCode.PULL_NOT_FOUND
+        if mode is _WAKE and (
+            code == _PULL_NOT_FOUND
             or (
                 result.status is GetStatus.NO_MATCHED_MESSAGE
                 and result.next_begin_offset - header.queue_offset < WAKE_SKIPPED_ENTRIES_MAX
@@ -276,42 +284,24 @@ class PullMessageProcessor:
         suggest = self._suggested_broker_id(group_config, result)
         next_begin_offset = result.next_begin_offset
         is_slave = self._role.is_slave
-        if is_slave and code == ResponseCode.PULL_OFFSET_MOVED:
+        if is_slave and code == _PULL_OFFSET_MOVED:
             # A slave may lag its master: its view of the queue is no reason to move the
             # consumer (RocketMQ without offsetCheckInSlave).
             code, next_begin_offset = ResponseCode.PULL_RETRY_IMMEDIATELY, header.queue_offset
-        first = mode is PullMode.FIRST
         if first and header.sys_flag & PULL_FLAG_COMMIT_OFFSET and not is_slave:
             self._offsets.commit_offset(
                 header.consumer_group, header.topic, header.queue_id, header.commit_offset
             )
-        if (
-            first
-            and code == ResponseCode.PULL_NOT_FOUND
-            and header.sys_flag & PULL_FLAG_SUSPEND
-        ):
-            timeout_ms = (
-                header.suspend_timeout_millis if config.long_polling_enable
-                else config.short_polling_time_ms
-            )
-            hold = self._pull_holds
-            parked = hold.park(
-                request, connection, header.topic, header.queue_id, header.queue_offset,
-                min(max(timeout_ms, 0), SUSPEND_TIMEOUT_MAX_MS), self.process, header,
-            )
-            if parked:
-                return None
-            return _error(
-                request, ResponseCode.SYSTEM_BUSY,
-                f"[REJECTREQUEST]system busy, {hold.parked_count} pull requests are already "
-                f"waiting for messages (limit {hold.parked_max}); pull again later",
-            )
-        ext_fields = PullMessageResponseHeader(
-            suggest_which_broker_id=suggest,
-            next_begin_offset=next_begin_offset,
-            min_offset=result.min_offset,
-            max_offset=result.max_offset,
-        ).to_ext_fields()
+        if first and code == _PULL_NOT_FOUND and header.sys_flag & PULL_FLAG_SUSPEND:
+            return self._park(request, connection, header)
+        # PullMessageResponseHeader's extFields (its to_ext_fields, in its field order, which
+        # the ROCKETMQ header keeps), written out: the typed header cost ~0.9 us a pull.
+        ext_fields = {
+            "suggestWhichBrokerId": str(suggest),
+            "nextBeginOffset": str(next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+        }
         if code == _SUCCESS:
             self._stats.record_get(result.message_count, header.topic, header.consumer_group,
                                    len(result.body))
@@ -322,6 +312,39 @@ class PullMessageProcessor:
         return RemotingCommand(int(code), request.opaque, FLAG_RESPONSE,
                                _remark(result, header, subscription), ext_fields, None,
                                _PYTHON, TIDEMQ_VERSION, request.serialize_type)
+
+    def _nothing_new(self, header: PullMessageRequestHeader) -> bool:
+        """True when a read of the pull's queue from its offset would find nothing after it
+        (``get_messages``: OFFSET_OVERFLOW_ONE, or an empty or unknown queue read at 0), the
+        status that makes PULL_NOT_FOUND."""
+        store = self._store
+        offset = header.queue_offset
+        return (
+            store.max_offset(header.topic, header.queue_id) == offset
+            and store.min_offset(header.topic, header.queue_id) <= offset
+        )
+
+    def _park(self, request: RemotingCommand, connection: Connection,
+              header: PullMessageRequestHeader) -> RemotingCommand | None:
+        """Park a suspended pull that found nothing new (None), or the SYSTEM_BUSY answer
+        when the hold service holds all it may."""
+        config = self._config
+        timeout_ms = (
+            header.suspend_timeout_millis if config.long_polling_enable
+            else config.short_polling_time_ms
+        )
+        hold = self._pull_holds
+        parked = hold.park(
+            request, connection, header.topic, header.queue_id, header.queue_offset,
+            min(max(timeout_ms, 0), SUSPEND_TIMEOUT_MAX_MS), self.process, header,
+        )
+        if parked:
+            return None
+        return _error(
+            request, ResponseCode.SYSTEM_BUSY,
+            f"[REJECTREQUEST]system busy, {hold.parked_count} pull requests are already "
+            f"waiting for messages (limit {hold.parked_max}); pull again later",
+        )
 
     def _suggested_broker_id(self, group_config: SubscriptionGroupConfig,
                              result: GetResult) -> int:
@@ -588,6 +611,10 @@ def _filter_result(
 _FOUND = GetStatus.FOUND
 _FOUND_REMARK = GetStatus.FOUND.value
 _SUCCESS = int(ResponseCode.SUCCESS)
+_PULL_NOT_FOUND = int(ResponseCode.PULL_NOT_FOUND)
+_PULL_OFFSET_MOVED = int(ResponseCode.PULL_OFFSET_MOVED)
+_FIRST = PullMode.FIRST
+_WAKE = PullMode.WAKE
 _PYTHON = LanguageCode.PYTHON
 
 # Keyed by the status's value: hashing a str is cheaper than hashing an Enum member, and this

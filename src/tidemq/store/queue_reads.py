@@ -22,7 +22,7 @@ store time from the commit log (store times grow with the log).
 from __future__ import annotations
 
 import struct
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from itertools import compress
 from operator import add, ne
 
@@ -92,14 +92,10 @@ def _collect_all(
 ) -> tuple[bytes, int] | None:
     """Body and count of the first ``max_count`` entries when all of them are read (no filter),
     by columns (module docstring); None when one needs the entry-by-entry loop."""
-    head = entries[: max_count * ENTRY_SIZE]
-    try:
-        count = len(head) // ENTRY_SIZE
-        if count == 0:
-            return None
-        columns = struct.unpack(f">{'qi8x' * count}", head)
-    finally:
-        head.release()
+    count = min(len(entries) // ENTRY_SIZE, max_count)
+    if count <= 0:
+        return None
+    columns = _entry_columns(count)(entries)
     physical_offsets = columns[0::2]
     sizes = columns[1::2]
     # A filler's size is FILLER_SIZE, above any byte bound; an unwritten entry's is 0.
@@ -107,16 +103,32 @@ def _collect_all(
         return None
     if min(physical_offsets) < max(commit_log.min_offset(), commit_log.verified_from):
         return None  # removed by retention, or not verified at open: the loop says which
+    find_file = commit_log.find_file
+    # Usually each record starts where the one before it ends (they were appended one after
+    # the other): one run, one slice. Else the runs are found below.
+    if not any(map(ne, physical_offsets[1:], map(add, physical_offsets, sizes))):
+        run_start = physical_offsets[0]
+        mapped = find_file(run_start)
+        if mapped is None:
+            return None
+        base = mapped.file_from_offset
+        run_end = physical_offsets[-1] + sizes[-1]
+        if run_end > base + mapped.write_position:
+            return None  # past the written log (or into the next segment)
+        try:
+            with mapped.buffer[run_start - base : run_end - base] as run:
+                return bytes(run), count
+        except ValueError:
+            return None  # a segment was deleted by retention meanwhile: the loop says so
     ends = list(map(add, physical_offsets, sizes))
     # Where a record does not start at the end of the one before it: a run begins there.
-    starts = [0, *compress(range(1, count), map(ne, physical_offsets[1:], ends))]
-    starts.append(count)
-    find_file = commit_log.find_file
+    breaks = list(compress(range(1, count), map(ne, physical_offsets[1:], ends)))
     parts: list[memoryview] = []
     try:
-        for index in range(len(starts) - 1):
-            run_start = physical_offsets[starts[index]]
-            run_end = ends[starts[index + 1] - 1]
+        for first, last in zip([0, *breaks], [*(index - 1 for index in breaks), count - 1],
+                               strict=True):
+            run_start = physical_offsets[first]
+            run_end = ends[last]
             mapped = find_file(run_start)
             if mapped is None:
                 return None
@@ -130,6 +142,22 @@ def _collect_all(
     finally:
         for part in parts:
             part.release()
+
+
+# Per entry count, the unpacker of that many entries' (offset, size) columns: the format
+# text and struct's cache lookup of it cost more than the unpack for a pull of a few entries.
+# Kept for counts a pull may ask (PULL_TRANSFER_COUNT_MAX); larger reads make their own.
+_ENTRY_COLUMNS: dict[int, Callable[[memoryview], tuple[int, ...]]] = {}
+_ENTRY_COLUMNS_KEPT_MAX = 1024
+
+
+def _entry_columns(count: int) -> Callable[[memoryview], tuple[int, ...]]:
+    unpack = _ENTRY_COLUMNS.get(count)
+    if unpack is None:
+        unpack = struct.Struct(f">{'qi8x' * count}").unpack_from
+        if count <= _ENTRY_COLUMNS_KEPT_MAX:
+            _ENTRY_COLUMNS[count] = unpack
+    return unpack
 
 
 def _collect(

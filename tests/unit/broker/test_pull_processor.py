@@ -11,6 +11,7 @@ import time
 
 import orjson
 import pytest
+from test_send_group import FakePeer
 
 from tidemq.broker.pull_processor import (
     PULL_FLAG_COMMIT_OFFSET,
@@ -180,6 +181,68 @@ def test_offset_below_the_min_after_retention_is_moved_to_the_min(setup):
     from_min = ask(pull_request(min_offset))
     assert from_min.code == ResponseCode.SUCCESS
     assert next(iter_records(from_min.body)).queue_offset == min_offset
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "file"])
+def test_a_suspended_pull_parks_exactly_where_a_plain_pull_is_not_found(setup, store_kind):
+    # A suspended pull at the end of its queue is parked without reading the queue (the
+    # read would say PULL_NOT_FOUND): everywhere else it is answered as a plain pull is, so
+    # the two must agree on which offsets are "nothing new": the end of a written queue, 0
+    # of an empty or never written one; not below the min (retention), not past the end.
+    broker, ask = setup(store_kind=store_kind,
+                        store_overrides={"mapped_file_size_commit_log": 4096})
+    put(broker, queue_id=2)
+    for _ in range(12):
+        put(broker, body=b"x" * 900)
+    assert broker.store.run_retention(int(time.time() * 1000), disk_used_ratio=99.0) >= 1
+    min_offset = broker.store.min_offset(TOPIC, 0)
+    assert 0 < min_offset < 12
+    handler = broker.pull_processor.handle
+    reads = [(0, offset) for offset in (0, min_offset - 1, min_offset, 11, 12, 13)]
+    reads += [(1, 0), (1, 3), (2, 0), (2, 1), (2, 2)]
+
+    plain = [ask(pull_request(offset, queue_id=queue_id)) for queue_id, offset in reads]
+
+    async def main():
+        peer = FakePeer("127.0.0.1:40001")
+        for (queue_id, offset), answer in zip(reads, plain, strict=True):
+            suspended = pull_request(offset, queue_id=queue_id,
+                                     flags=PULL_FLAG_SUBSCRIPTION | PULL_FLAG_SUSPEND)
+            parked_before = broker.pull_hold_service.parked_count
+            suspended_answer = handler(suspended, peer)
+            parked = broker.pull_hold_service.parked_count - parked_before
+            where = f"queue {queue_id} offset {offset}: {answer.remark}"
+            if answer.code == ResponseCode.PULL_NOT_FOUND:
+                assert (suspended_answer, parked) == (None, 1), where
+            else:
+                assert parked == 0, where
+                assert (suspended_answer.code, suspended_answer.remark,
+                        suspended_answer.ext_fields, suspended_answer.body) == (
+                    answer.code, answer.remark, answer.ext_fields, answer.body), where
+        peer.is_closing = True  # the parked pulls are dropped, not answered, at the stop
+        await broker.pull_hold_service.stop()
+
+    asyncio.run(main())
+    parks = [read for read, answer in zip(reads, plain, strict=True)
+             if answer.code == ResponseCode.PULL_NOT_FOUND]
+    assert parks == [(0, 12), (1, 0), (2, 1)]
+
+
+def test_a_suspended_pull_that_parks_commits_its_offset_once(setup):
+    broker, _ = setup()
+    put(broker)
+    request = pull_request(1, flags=PULL_FLAG_SUBSCRIPTION | PULL_FLAG_SUSPEND
+                           | PULL_FLAG_COMMIT_OFFSET, commit_offset=1)
+
+    async def main():
+        peer = FakePeer("127.0.0.1:40001")
+        assert broker.pull_processor.handle(request, peer) is None  # parked
+        assert broker.pull_hold_service.parked_count == 1
+        peer.is_closing = True  # dropped, not answered, at the stop
+        await broker.pull_hold_service.stop()
+
+    asyncio.run(main())
+    assert broker.consumer_offset_manager.query_offset(GROUP, TOPIC, 0) == 1
 
 
 # -- tag filtering ---------------------------------------------------------------------------------
