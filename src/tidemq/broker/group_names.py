@@ -144,7 +144,9 @@ class GroupNameChecked:
             if group_handler is not None:
                 # A group handler serves many requests in one call; checking each first
                 # keeps the answer request by request the same (the handler's contract).
-                options["group_handler"] = _checked_group(group_handler)
+                options["group_handler"] = (
+                    _checked_group_now(group_handler) if options.get("immediate")
+                    else _checked_group(group_handler))
         self._server.register(code, handler, **options)
 
     def register_default(self, handler: Handler, **options: Any) -> None:
@@ -163,6 +165,25 @@ def _checked_group(group_handler: Callable[..., Any]) -> Callable[..., Any]:
             return await group_handler(requests, *args)
         passed = [r for r, remark in zip(requests, refusals, strict=True) if remark is None]
         answers = iter(await group_handler(passed, *args) if passed else [])
+        return [
+            next(answers) if remark is None
+            else RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark)
+            for request, remark in zip(requests, refusals, strict=True)
+        ]
+
+    return check_then_handle
+
+
+def _checked_group_now(group_handler: Callable[..., Any]) -> Callable[..., Any]:
+    """``_checked_group`` for an immediate group handler that returns its list of responses
+    (the pulls': never an awaitable of it)."""
+
+    def check_then_handle(requests: list[RemotingCommand], *args: Any) -> list[Any]:
+        refusals = [group_refusal(request) for request in requests]
+        if not any(refusals):
+            return group_handler(requests, *args)  # type: ignore[no-any-return]
+        passed = [r for r, remark in zip(requests, refusals, strict=True) if remark is None]
+        answers = iter(group_handler(passed, *args) if passed else [])
         return [
             next(answers) if remark is None
             else RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark)

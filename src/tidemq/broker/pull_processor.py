@@ -210,19 +210,41 @@ class PullMessageProcessor:
 
     def register(self, server: RemotingServer) -> None:
         """Register the PULL_MESSAGE handler on ``server``: an immediate one (a pull reads
-        the store or parks, and never waits), so no task is made per pull."""
-        server.register(RequestCode.PULL_MESSAGE, self.handle, immediate=True)
+        the store or parks, and never waits), so no task is made per pull; the pulls of one
+        read go to ``handle_group`` together."""
+        server.register(RequestCode.PULL_MESSAGE, self.handle, immediate=True,
+                        group_handler=self.handle_group)
 
     def handle(
         self, request: RemotingCommand, connection: Connection
     ) -> RemotingCommand | None:
         """The PULL_MESSAGE handler (a plain function, run as the request is dispatched): a
         response, or None when the pull was parked."""
-        return self.process(request, connection, PullMode.FIRST)
+        return self.process(request, connection, _FIRST)
+
+    def handle_group(
+        self, requests: list[RemotingCommand], connection: Connection
+    ) -> list[RemotingCommand | None]:
+        """The pulls of one read, each answered (or parked: None) as ``handle`` would, in
+        order.
+
+        A consumer that owns several queues re-pulls them together (tidemq's PullConsumer at
+        20,000 msg/s: its 8 queues' pulls in one read, after one write of the woken
+        answers): one call instead of a dispatch each, and the checks of the module
+        docstring but the queue id's (step 7) are made once for the pulls alike in what
+        they read (group, topic, subscription). Nothing else runs on the loop meanwhile, so
+        what they read cannot change between those pulls.
+        """
+        passed: dict[tuple[object, ...], tuple[SubscriptionData, SubscriptionGroupConfig,
+                                              int]] = {}
+        return [self.process(request, connection, _FIRST, None, passed)
+                for request in requests]
 
     def process(
         self, request: RemotingCommand, connection: Connection, mode: PullMode,
         header: PullMessageRequestHeader | None = None,
+        passed: dict[tuple[object, ...], tuple[SubscriptionData, SubscriptionGroupConfig,
+                                               int]] | None = None,
     ) -> RemotingCommand | None:
         """Run one pull.
 
@@ -232,6 +254,9 @@ class PullMessageProcessor:
                 FINAL for a parked pull at its deadline (always answers).
             header: ``request``'s header parsed already (a parked pull's re-run), or None to
                 parse it here.
+            passed: the outcomes of the checks (``_check``) that earlier pulls served with
+                this dict passed (``handle_group``), by what they read but the queue id;
+                None to make them for this pull alone.
         Returns:
             The response, or None (parked, or keep waiting).
         """
@@ -240,10 +265,22 @@ class PullMessageProcessor:
                 header = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
             except HeaderFieldError as e:
                 return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
-        refusal, subscription, group_config = self._check(request, connection, header)
-        if refusal is not None:
-            return refusal
-        assert subscription is not None and group_config is not None
+        key = None
+        shared = None
+        if passed is not None:
+            key = (header.consumer_group, header.topic, header.sys_flag & PULL_FLAG_SUBSCRIPTION,
+                   header.subscription, header.expression_type, header.sub_version)
+            shared = passed.get(key)
+        if shared is None:
+            refusal, shared = self._check(request, connection, header)
+            if refusal is not None:
+                return refusal
+            assert shared is not None
+            if key is not None:
+                passed[key] = shared  # type: ignore[index]
+        elif not 0 <= header.queue_id < shared[2]:
+            return self._illegal_queue(request, connection, header, shared[2])
+        subscription, group_config, _ = shared
         record_test: RecordTest | None = None
         if subscription.expression_type == EXPRESSION_TYPE_SQL92:
             refusal, record_test = self._sql_filter(request, header, subscription)
@@ -377,9 +414,16 @@ class PullMessageProcessor:
 
     def _check(
         self, request: RemotingCommand, connection: Connection, header: PullMessageRequestHeader
-    ) -> tuple[RemotingCommand | None, SubscriptionData | None,
-               SubscriptionGroupConfig | None]:
-        """RocketMQ's pre-checks in order: (refusal, None, None) or (None, subscription, group)."""
+    ) -> tuple[RemotingCommand | None,
+               tuple[SubscriptionData, SubscriptionGroupConfig, int] | None]:
+        """RocketMQ's pre-checks in order: (refusal, None) or (None, (subscription, group
+        config, the topic's readQueueNums)).
+
+        Of the request they read the group, the topic, the queue id, the sysFlag's
+        SUBSCRIPTION bit, the subscription, its expression type and subVersion; all but the
+        queue id (step 7) give the same outcome to pulls alike in the others, so a pull
+        alike one that passed needs only the queue id's check (``process``, ``passed``).
+        """
         config = self._config
         group = header.consumer_group
         topic = header.topic
@@ -389,7 +433,7 @@ class PullMessageProcessor:
                 f"the broker {self._identity.address} does not allow pulls "
                 f"(brokerPermission={config.broker_permission} lacks read 4); set "
                 "brokerPermission=6",
-            ), None, None
+            ), None
         group_manager = self._groups
         group_config = group_manager.find_subscription_group_config(group)
         if group_config is None:
@@ -398,34 +442,29 @@ class PullMessageProcessor:
                 f"subscription group {group} does not exist on broker {config.broker_name}; "
                 "create it with `tidemq admin updateSubGroup` or set "
                 "autoCreateSubscriptionGroup=true",
-            ), None, None
+            ), None
         if not group_config.consume_enable:
             return _error(
                 request, ResponseCode.NO_PERMISSION,
                 f"subscription group {group} may not consume (consumeEnable=false); enable it "
                 "with `tidemq admin updateSubGroup`",
-            ), None, None
+            ), None
         topic_config = self._topics.get(topic)
         if topic_config is None:
             return _error(
                 request, ResponseCode.TOPIC_NOT_EXIST,
                 f"topic {topic} does not exist on broker {config.broker_name}; create it "
                 "with `tidemq admin updateTopic` first",
-            ), None, None
+            ), None
         if not topic_config.perm & PERM_READ:
             return _error(
                 request, ResponseCode.NO_PERMISSION,
                 f"topic {topic} may not be read (perm={topic_config.perm} lacks read 4); "
                 "update its perm with `tidemq admin updateTopic -p 6`",
-            ), None, None
-        queue_id = header.queue_id
-        if not 0 <= queue_id < topic_config.read_queue_nums:
-            return _error(
-                request, ResponseCode.SYSTEM_ERROR,
-                f"queueId {queue_id} is illegal for topic {topic}: it has "
-                f"{topic_config.read_queue_nums} read queues (0..."
-                f"{topic_config.read_queue_nums - 1}); consumer {connection.remote_address}",
-            ), None, None
+            ), None
+        read_queue_nums = topic_config.read_queue_nums
+        if not 0 <= header.queue_id < read_queue_nums:
+            return self._illegal_queue(request, connection, header, read_queue_nums), None
         if header.sys_flag & PULL_FLAG_SUBSCRIPTION:
             subscription = self._subscription_from_header(header)
         else:
@@ -436,31 +475,42 @@ class PullMessageProcessor:
                     request, ResponseCode.SUBSCRIPTION_NOT_EXIST,
                     f"consumer group {group} has sent no heartbeat to broker "
                     f"{config.broker_name}; send HEART_BEAT before pulling",
-                ), None, None
+                ), None
             if info.message_model == BROADCASTING and not group_config.consume_broadcast_enable:
                 return _error(
                     request, ResponseCode.NO_PERMISSION,
                     f"consumer group {group} may not consume by broadcasting "
                     "(consumeBroadcastEnable=false)",
-                ), None, None
+                ), None
             subscription = info.find_subscription(topic)
             if subscription is None:
                 return _error(
                     request, ResponseCode.SUBSCRIPTION_NOT_EXIST,
                     f"consumer group {group} does not subscribe to topic {topic} in its "
                     "heartbeat; subscribe to it and send HEART_BEAT before pulling",
-                ), None, None
+                ), None
             if subscription.sub_version < header.sub_version:
                 return _error(
                     request, ResponseCode.SUBSCRIPTION_NOT_LATEST,
                     f"the subscription of group {group} to {topic} is version "
                     f"{subscription.sub_version}, older than the pull's {header.sub_version}; "
                     "send HEART_BEAT with the new subscription",
-                ), None, None
+                ), None
         refusal = self._check_expression_type(request, subscription)
         if refusal is not None:
-            return refusal, None, None
-        return None, subscription, group_config
+            return refusal, None
+        return None, (subscription, group_config, read_queue_nums)
+
+    def _illegal_queue(self, request: RemotingCommand, connection: Connection,
+                       header: PullMessageRequestHeader, read_queue_nums: int
+                       ) -> RemotingCommand:
+        """Step 7's refusal: the queue id is not one of the topic's read queues."""
+        return _error(
+            request, ResponseCode.SYSTEM_ERROR,
+            f"queueId {header.queue_id} is illegal for topic {header.topic}: it has "
+            f"{read_queue_nums} read queues (0...{read_queue_nums - 1}); consumer "
+            f"{connection.remote_address}",
+        )
 
     def _check_expression_type(
         self, request: RemotingCommand, subscription: SubscriptionData
