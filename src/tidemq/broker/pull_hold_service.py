@@ -79,11 +79,17 @@ class PullMode(enum.Enum):
     FINAL = "final"  # the deadline passed: answer whatever the queue says now
 
 
-# (request, connection, mode, parsed) -> the response, or None: parked (FIRST) / keep waiting
-# (WAKE). ``parsed`` is what the executor gave ``park`` (its parsed request header), so a
-# re-run does not parse the request again.
+_WAKE = PullMode.WAKE  # bound once: a member looked up on its class is a step per re-run
+
+
+# (request, connection, mode, parsed, shared) -> the response, or None: parked (FIRST) / keep
+# waiting (WAKE). ``parsed`` is what the executor gave ``park`` (its parsed request header), so
+# a re-run does not parse the request again; ``shared`` is a dict made afresh for each pass
+# (a wake pass, a deadline slot's expiry) and handed to every re-run of that pass: nothing
+# else runs on the loop meanwhile, so the executor may keep there what holds for all of them
+# (the pull processor: the pre-checks that passed, by group, topic and subscription).
 PullExecutor = Callable[
-    ["RemotingCommand", "Connection", PullMode, Any], "RemotingCommand | None"
+    ["RemotingCommand", "Connection", PullMode, Any, dict[Any, Any]], "RemotingCommand | None"
 ]
 
 
@@ -153,9 +159,10 @@ class PullRequestHoldService:
             self._recheck_task.cancel()
             await asyncio.gather(self._recheck_task, return_exceptions=True)
             self._recheck_task = None
+        shared: dict[Any, Any] = {}
         for waiters in list(self._parked.values()):
             for parked in list(waiters):
-                self._finish(parked, PullMode.FINAL)
+                self._finish(parked, PullMode.FINAL, shared)
         for timer in self._slot_timers.values():
             timer.cancel()
         self._slot_timers.clear()
@@ -173,8 +180,8 @@ class PullRequestHoldService:
         parsed: Any = None,
     ) -> bool:
         """Hold ``request`` until a message arrives after ``queue_offset`` or ``timeout_ms``;
-        then ``executor`` re-runs it (WAKE or FINAL, with ``parsed`` as its last argument)
-        and its answer is sent.
+        then ``executor`` re-runs it (WAKE or FINAL, with ``parsed`` and the pass's shared
+        dict as its last arguments, ``PullExecutor``) and its answer is sent.
 
         Returns:
             False when ``parked_max`` requests are already parked (the caller answers
@@ -278,33 +285,36 @@ class PullRequestHoldService:
         self._pass_scheduled = False
         arrivals, self._arrivals = self._arrivals, {}
         answered: dict[Connection, None] = {}  # in the order first answered
+        shared: dict[Any, Any] = {}  # the pass's, for every re-run (PullExecutor)
         for key, max_offset in arrivals.items():
-            self._wake(key, max_offset, answered)
+            self._wake(key, max_offset, answered, shared)
         for connection in answered:
             connection.flush()
 
-    def _wake(self, key: str, max_offset: int, answered: dict[Connection, None]) -> None:
+    def _wake(self, key: str, max_offset: int, answered: dict[Connection, None],
+              shared: dict[Any, Any]) -> None:
         """Re-run the pulls parked on ``key`` below ``max_offset``; the connections that got
         an answer are added to ``answered`` (the caller flushes them)."""
         for parked in list(self._parked.get(key, ())):
-            if parked.queue_offset < max_offset and self._finish(parked, PullMode.WAKE):
+            if parked.queue_offset < max_offset and self._finish(parked, _WAKE, shared):
                 answered[parked.connection] = None
 
-    def _finish(self, parked: ParkedPull, mode: PullMode) -> bool:
-        """Re-run ``parked``; answer and unpark it unless a WAKE run says keep waiting.
-        True when an answer was written."""
+    def _finish(self, parked: ParkedPull, mode: PullMode, shared: dict[Any, Any]) -> bool:
+        """Re-run ``parked`` (``shared``: its pass's dict, ``PullExecutor``); answer and
+        unpark it unless a WAKE run says keep waiting. True when an answer was written."""
         if parked.connection.is_closing:
             self._unpark(parked)
             return False
         try:
-            response = parked.executor(parked.request, parked.connection, mode, parked.parsed)
+            response = parked.executor(parked.request, parked.connection, mode, parked.parsed,
+                                       shared)
         except Exception as exc:
             log.exception("re-running parked %s from %s failed", parked.request.describe(),
                           parked.connection.remote_address)
             response = RemotingCommand.response_to(
                 parked.request, ResponseCode.SYSTEM_ERROR, remark=describe_exception(exc)
             )
-        if response is None and mode is PullMode.WAKE:
+        if response is None and mode is _WAKE:
             return False
         self._unpark(parked)
         return response is not None and parked.connection.send_response(response)
@@ -334,8 +344,9 @@ class PullRequestHoldService:
         """Answer the pulls of deadline slot ``slot`` (its end has come) with a final run."""
         self._slot_timers.pop(slot, None)
         due = self._deadline_slots.pop(slot, None)
+        shared: dict[Any, Any] = {}
         for parked in due or ():
-            self._finish(parked, PullMode.FINAL)
+            self._finish(parked, PullMode.FINAL, shared)
 
     def _track_connection(self, parked: ParkedPull) -> None:
         connection = parked.connection

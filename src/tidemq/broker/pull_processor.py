@@ -255,8 +255,9 @@ class PullMessageProcessor:
             header: ``request``'s header parsed already (a parked pull's re-run), or None to
                 parse it here.
             passed: the outcomes of the checks (``_check``) that earlier pulls served with
-                this dict passed (``handle_group``), by what they read but the queue id;
-                None to make them for this pull alone.
+                this dict passed, by what they read but the queue id: the pulls of one read
+                (``handle_group``) or of one pass of the hold service (its shared dict,
+                ``PullExecutor``); None to make them for this pull alone.
         Returns:
             The response, or None (parked, or keep waiting).
         """

@@ -119,6 +119,34 @@ def test_a_permission_taken_away_while_a_pull_is_parked_answers_it_no_permission
     asyncio.run(main())
 
 
+def test_pulls_of_two_groups_woken_together_are_each_checked_for_their_own_group(
+        make_broker, serve):
+    # One wake pass re-runs both; what passed the checks for one group is not the other's.
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+    for group in (GROUP, "cg_poll_other"):
+        broker.subscription_group_manager.update_subscription_group_config(
+            SubscriptionGroupConfig(group))
+
+    async def main():
+        async with serve(broker) as link:
+            other = pull_request(0, suspend_ms=60_000)
+            other.ext_fields["consumerGroup"] = "cg_poll_other"
+            pending = [start_pull(link, pull_request(0, suspend_ms=60_000)),
+                       start_pull(link, other)]
+            await wait_until(lambda: hold.parked_count == 2, "both pulls parked")
+            broker.subscription_group_manager.update_subscription_group_config(
+                SubscriptionGroupConfig("cg_poll_other", consume_enable=False))
+            broker.store.put_message(message(body=b"for one of them"))
+            async with asyncio.timeout(WAIT_BOUND_S):
+                mine, theirs = await asyncio.gather(*pending)
+            assert mine.code == ResponseCode.SUCCESS, mine.remark
+            assert theirs.code == ResponseCode.NO_PERMISSION, theirs.remark
+            assert "cg_poll_other" in theirs.remark
+
+    asyncio.run(main())
+
+
 def test_parked_pull_is_answered_not_found_at_its_timeout(make_broker, serve):
     broker = broker_with_topic(make_broker)
     hold = broker.pull_hold_service
