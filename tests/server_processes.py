@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +161,20 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+
+
+def metric_value(metrics_url: str, name: str) -> float:
+    """The value of the unlabelled sample ``name`` on a server's Prometheus endpoint
+    (``metricsExporterType=PROM``), e.g. the broker's ``tidemq_broker_pulls_parked``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(metrics_url, timeout=REQUEST_TIMEOUT_S) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and not sample.labels:
+                return sample.value
+    raise AssertionError(f"no unlabelled {name} at {metrics_url}")
 
 
 def remoting_call(addr: str, command: RemotingCommand | bytes,

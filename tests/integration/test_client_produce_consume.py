@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from server_processes import metric_value
 from tidemq.client import (
     Admin,
     BrokerRejected,
@@ -198,18 +197,6 @@ def test_consumer_commits_seeks_and_resumes_where_the_group_left_off(tidemq_clus
     run(scenario())
 
 
-def parked_pulls(metrics_url: str) -> float:
-    """The broker's ``tidemq_broker_pulls_parked`` gauge, scraped from its Prometheus
-    endpoint: how many long-polling pulls it holds now."""
-    with urllib.request.urlopen(metrics_url, timeout=30) as response:
-        text = response.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "tidemq_broker_pulls_parked":
-                return sample.value
-    raise AssertionError(f"no tidemq_broker_pulls_parked at {metrics_url}")
-
-
 def test_poll_long_polls_until_a_message_arrives(tidemq_cluster, free_port):
     metrics_port = free_port()
     cluster = tidemq_cluster(broker_overrides={"metricsExporterType": "PROM",
@@ -235,7 +222,8 @@ def test_poll_long_polls_until_a_message_arrives(tidemq_cluster, free_port):
             # The message is sent once the broker holds the consumer's pull (its fetch runs
             # in the background), so it is the arrival that answers the long poll.
             deadline = loop.time() + READ_WAIT_S
-            while await loop.run_in_executor(None, parked_pulls, metrics_url) < 1:
+            while await loop.run_in_executor(None, metric_value, metrics_url,
+                                              "tidemq_broker_pulls_parked") < 1:
                 assert loop.time() < deadline, f"no pull parked after {READ_WAIT_S} s"
                 assert not waiting.done(), f"poll returned {waiting.result()} before a send"
                 await asyncio.sleep(0.05)

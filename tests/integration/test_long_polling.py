@@ -12,6 +12,7 @@ import socket
 
 import pytest
 
+from server_processes import metric_value
 from tidemq.client import (
     Admin,
     Message,
@@ -39,6 +40,7 @@ ROUNDS = 3
 QUEUES = ROUNDS + 1  # one queue per round, plus one that only gets distractions
 PULL_SYSFLAG_SUSPEND_SUBSCRIPTION = 0x2 | 0x4
 ROUTE_WAIT_S = 20.0
+PARK_WAIT_S = 30.0  # bounds the wait for the broker to hold a pull (its parked-pulls gauge)
 
 
 def create_topic(cluster, remoting_call, wait_until, topic: str) -> list[MessageQueue]:
@@ -54,10 +56,17 @@ def create_topic(cluster, remoting_call, wait_until, topic: str) -> list[Message
 
 
 def test_parked_pulls_are_answered_right_after_a_message_for_their_queue_arrives(
-        tidemq_cluster, remoting_call, wait_until):
-    cluster = tidemq_cluster()
+        tidemq_cluster, remoting_call, wait_until, free_port):
+    metrics_port = free_port()
+    cluster = tidemq_cluster(broker_overrides={"metricsExporterType": "PROM",
+                                               "metricsPromExporterPort": metrics_port})
+    metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     queues = create_topic(cluster, remoting_call, wait_until, "LongPollWake")
     distraction_queue = queues[-1]
+
+    async def parked_pulls() -> float:
+        return await asyncio.get_running_loop().run_in_executor(
+            None, metric_value, metrics_url, "tidemq_broker_pulls_parked")
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
@@ -69,6 +78,13 @@ def test_parked_pulls_are_answered_right_after_a_message_for_their_queue_arrives
                 parked = [loop.create_task(consumer.pull(queue, 0, 32,
                                                          suspend_timeout_ms=SUSPEND_MS))
                           for consumer in (group_a, group_b)]
+                # Both held by the broker (on a busy machine a pull may take a while to get
+                # there; one sent after the message would find it without any waking).
+                deadline = loop.time() + PARK_WAIT_S
+                while await parked_pulls() < 2:
+                    assert not any(task.done() for task in parked), "answered without a message"
+                    assert loop.time() < deadline, f"not both pulls parked in {PARK_WAIT_S} s"
+                    await asyncio.sleep(0.05)
                 await asyncio.sleep(STILL_PARKED_CHECK_S)
                 assert not any(task.done() for task in parked), "answered without a message"
 
