@@ -76,8 +76,12 @@ async def _child(namesrv: str, sends: int, window: int = 0) -> float:
 
         async def canned_invoke(address: str, request: RemotingCommand,
                                 timeout_ms: int = 3000) -> RemotingCommand:
-            request.encode_parts()  # what the connection's write does
-            queue_id = request.ext_fields["e"]
+            head = request.encode_parts()[0]  # what the connection's write does
+            # The queue id from the encoded header, not ``request.ext_fields``: a request
+            # rendered from a template decodes those only when read (and is then encoded the
+            # general way), which the connection never does.
+            start = head.index(b'"e":"') + 5
+            queue_id = head[start:head.index(b'"', start)].decode()
             frame = answers.get(queue_id)
             if frame is None:
                 frame = answers[queue_id] = RemotingCommand(0, request.opaque, 1, None, {

@@ -21,7 +21,7 @@ from tidemq.client.subscription import Subscription
 from tidemq.errors import HeaderFieldError, RemoteProtocolError
 from tidemq.protocol import jsonx
 from tidemq.protocol.codes import RequestCode, ResponseCode
-from tidemq.protocol.command import RemotingCommand, next_opaque
+from tidemq.protocol.command import JsonRequestTemplate, RemotingCommand, next_opaque
 from tidemq.protocol.headers import (
     GetEarliestMsgStoretimeResponseHeader,
     PullMessageResponseHeader,
@@ -134,6 +134,53 @@ def pull_request_fields(
         "subVersion": str(subscription.version_ms),
         "expressionType": subscription.expression_type,
     }
+
+
+class PullRequestTemplate:
+    """The PULL_MESSAGE requests of one queue with one subscription, rendered from a template
+    (``JsonRequestTemplate``): only the offset, the offset to commit and the flags that go
+    with it change from one pull to the next. Byte for byte the request of
+    ``pull_request_fields`` with the same arguments; made by ``pull_request_template``.
+    """
+
+    __slots__ = ("_sysflag_committing", "_sysflag_plain", "_template")
+
+    def __init__(self, template: JsonRequestTemplate, sysflag: int) -> None:
+        self._template = template
+        self._sysflag_plain = str(sysflag)
+        self._sysflag_committing = str(sysflag | PULL_COMMIT_OFFSET)
+
+    def render(self, offset: int, commit_offset: int | None = None) -> RemotingCommand:
+        """The pull at ``offset`` committing ``commit_offset`` (when above 0), with the next
+        opaque of this process."""
+        if commit_offset is not None and commit_offset > 0:
+            values = (str(commit_offset), str(offset), self._sysflag_committing)
+        else:
+            values = ("0", str(offset), self._sysflag_plain)
+        return self._template.render(next_opaque(), values)
+
+
+def pull_request_template(
+    group: str,
+    queue: MessageQueue,
+    max_nums: int,
+    subscription: Subscription,
+    *,
+    suspend_timeout_ms: int = 0,
+    lite: bool = True,
+) -> PullRequestTemplate | None:
+    """The template of ``queue``'s pulls (arguments as ``pull_request_fields``), or None when
+    a value needs JSON escaping (a SQL92 expression with a quote, say): build those requests
+    from ``pull_request_fields`` then."""
+    fields: dict[str, str | None] = dict(pull_request_fields(
+        group, queue, 0, max_nums, subscription, suspend_timeout_ms=suspend_timeout_ms,
+        lite=lite))
+    sysflag = int(fields["sysFlag"])  # type: ignore[arg-type]
+    fields["commitOffset"] = fields["queueOffset"] = fields["sysFlag"] = None
+    try:
+        return PullRequestTemplate(JsonRequestTemplate(PULL_MESSAGE_CODE, fields), sysflag)
+    except ValueError:
+        return None
 
 
 def pull_timeout_ms(instance: ClientInstance, suspend_timeout_ms: int) -> int:

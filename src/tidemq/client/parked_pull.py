@@ -100,13 +100,15 @@ def parking_connection(instance: ClientInstance,
     return broker_id, address, connection
 
 
-def send_parked_pull(connection: Connection, fields: dict[str, str], timeout_ms: int,
-                     parked: ParkedPull) -> bool:
-    """Send a PULL_MESSAGE with ``fields`` (the request's own dict) whose outcome goes to
-    ``parked``; False, with nothing sent, when the connection cannot take it without waiting.
+def send_parked_pull(connection: Connection, pull: RemotingCommand | dict[str, str],
+                     timeout_ms: int, parked: ParkedPull) -> bool:
+    """Send a PULL_MESSAGE (a request, e.g. rendered by a ``PullRequestTemplate``, or its
+    extFields: the request's own dict) whose outcome goes to ``parked``; False, with nothing
+    sent, when the connection cannot take it without waiting.
 
     Raises:
         LocalProtocolError: the request cannot be encoded; nothing was sent.
     """
-    request = RemotingCommand(PULL_MESSAGE_CODE, next_opaque(), 0, None, fields)
+    request = (pull if isinstance(pull, RemotingCommand)
+               else RemotingCommand(PULL_MESSAGE_CODE, next_opaque(), 0, None, pull))
     return connection.request_nowait(request, timeout_ms, parked)

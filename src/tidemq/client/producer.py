@@ -72,7 +72,7 @@ from tidemq.client.tracer import Tracer
 from tidemq.errors import RemoteProtocolError
 from tidemq.limits import MESSAGE_BODY_SIZE_MAX, group_name_problem
 from tidemq.protocol.codes import RequestCode, ResponseCode
-from tidemq.protocol.command import RemotingCommand, next_opaque
+from tidemq.protocol.command import JsonRequestTemplate, RemotingCommand, json_plain, next_opaque
 from tidemq.protocol.message import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_MAX_RECONSUME_TIMES,
@@ -116,6 +116,8 @@ _SEND_REPLY_MESSAGE_V2_CODE = int(RequestCode.SEND_REPLY_MESSAGE_V2)
 
 # The properties text of a message whose only property is its unique key, up to the key.
 _UNIQ_KEY_PROPERTY_HEAD = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + NAME_VALUE_SEPARATOR
+# ... and as it appears in a JSON header (the separator escaped as orjson writes it).
+_UNIQ_KEY_JSON_HEAD = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + "\\u0001"
 
 # Topic names already checked, so a send does not run the name regex again (bounded: a
 # producer writing to very many topics just checks more often).
@@ -211,6 +213,9 @@ class Producer(ClientLifecycle):
         self._known_masters: set[str] = set()
         self._valid_topics: set[str] = set()
         self._default_topic_queue_nums_text = str(default_topic_queue_nums)
+        # (topic, broker name) -> the header template of a plain message's send to it, or
+        # None when a name needs JSON escaping (such sends are encoded the general way).
+        self._send_templates: dict[tuple[str, str], JsonRequestTemplate | None] = {}
         self._client_name = f"producer {group!r}"
         # Replies to this producer's requests arrive on its broker connections.
         self._replies = ReplyWaiters()
@@ -295,11 +300,36 @@ class Producer(ClientLifecycle):
         self._validate(message)
         properties = message.properties
         unique_key = properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        if unique_key is None:
+        unique_key_generated = unique_key is None  # hex digits: nothing to escape in JSON
+        if unique_key_generated:
             unique_key = properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = new_unique_key()
         topic = message.topic
         body, sysflag = self._maybe_compress(message.body)
         flag = message.flag
+        if (len(properties) == 1 and not topic.startswith(RETRY_PREFIX)
+                and self._instance.remoting.request_hook is None
+                and (unique_key_generated or json_plain(unique_key))):
+            # The common message (no property but its unique key, no request hook signing
+            # it): its header is rendered from the template of its topic and broker
+            # (``_send_templates``) with these values in the attempt loop, not built as a
+            # dict and encoded; the bytes are the same.
+            if len(unique_key) > _PROPERTIES_CHARS_ALWAYS_OK - len(_UNIQ_KEY_PROPERTY_HEAD):
+                check_properties_size(topic, f"{_UNIQ_KEY_PROPERTY_HEAD}{unique_key}")
+            plain = (str(sysflag) if sysflag else "0", str(time.time_ns() // 1_000_000),
+                     str(flag) if flag else "0", unique_key)
+            if self.tracer is None:
+                return await self._send_request(
+                    _SEND_MESSAGE_V2_CODE, topic, None, body, unique_key, message,
+                    sharding_key, queue, selector, timeout_ms, plain,
+                )
+            started_ms = time.time_ns() // 1_000_000
+            result = await self._send_request(
+                _SEND_MESSAGE_V2_CODE, topic, None, body, unique_key, message,
+                sharding_key, queue, selector, timeout_ms, plain,
+            )
+            self.tracer.sent((message,), result, started_ms,
+                             self._instance.master_address(result.queue.broker_name))
+            return result
         fields = {
             "a": self.group,
             "b": topic,
@@ -505,7 +535,7 @@ class Producer(ClientLifecycle):
         self,
         code: int,
         topic: str,
-        fields: dict[str, str],
+        fields: dict[str, str] | None,
         body: bytes,
         msg_id: str,
         message: Message | None,
@@ -513,7 +543,13 @@ class Producer(ClientLifecycle):
         queue: MessageQueue | None,
         selector: QueueSelector | None,
         timeout_ms: int | None,
+        plain: tuple[str, str, str, str] | None = None,
     ) -> SendResult:
+        """Send to a queue of ``topic``, retrying elsewhere as configured. The request's
+        extFields are ``fields`` (fields ``e`` and ``n`` set per attempt), or with ``fields``
+        None a plain message's, rendered from its template with ``plain``: the sysflag, the
+        born timestamp and the flag as text, and the unique key (its only property, with
+        nothing to escape in JSON; ``send``)."""
         loop = self._instance.loop or asyncio.get_running_loop()
         budget_s = (timeout_ms if timeout_ms is not None else self.send_timeout_ms) / 1000
         deadline = loop.time() + budget_s
@@ -537,13 +573,28 @@ class Producer(ClientLifecycle):
             remaining_ms = int((deadline - loop.time()) * 1000)
             if remaining_ms <= 0:
                 break
-            if attempt:
-                fields = dict(fields)  # the previous request may still hold the old dict
-            fields["e"] = str(target.queue_id)
-            fields["n"] = broker_name
-            # ``fields`` is this attempt's own dict (copied above for a retry): the request
-            # takes it as it is instead of copying it as RemotingCommand.request does.
-            request = RemotingCommand(int(code), next_opaque(), 0, None, fields, body)
+            request = None
+            if fields is None:
+                assert plain is not None
+                template = self._send_templates.get((topic, broker_name), _NO_TEMPLATE)
+                if template is _NO_TEMPLATE:
+                    template = self._send_template(code, topic, broker_name)
+                if template is not None:
+                    sysflag_text, born_text, flag_text, key = plain
+                    request = template.render(next_opaque(), (
+                        str(target.queue_id), sysflag_text, born_text, flag_text,
+                        f"{_UNIQ_KEY_JSON_HEAD}{key}"), body)
+            if request is None:
+                if fields is None:
+                    fields = self._plain_fields(topic, plain)  # type: ignore[arg-type]
+                elif attempt:
+                    fields = dict(fields)  # the previous request may still hold the old dict
+                fields["e"] = str(target.queue_id)
+                fields["n"] = broker_name
+                # ``fields`` is this attempt's own dict (copied above for a retry): the
+                # request takes it as it is instead of copying it as RemotingCommand.request
+                # does.
+                request = RemotingCommand(int(code), next_opaque(), 0, None, fields, body)
             started = loop.time()
             try:
                 response = await remoting.invoke(address, request, remaining_ms)
@@ -577,6 +628,30 @@ class Producer(ClientLifecycle):
             f"send to topic {topic!r} used its whole timeout of {budget_s * 1000:.0f} ms "
             "before a broker could be tried (send_timeout_ms)"
         )
+
+    def _send_template(self, code: int, topic: str,
+                       broker_name: str) -> JsonRequestTemplate | None:
+        """The header template of a plain message's send to ``broker_name`` (made once)."""
+        try:
+            template: JsonRequestTemplate | None = JsonRequestTemplate(code, {
+                "a": self.group, "b": topic, "c": AUTO_CREATE_TOPIC_KEY,
+                "d": self._default_topic_queue_nums_text, "e": None, "f": None, "g": None,
+                "h": None, "i": None, "n": broker_name,
+            })
+        except ValueError:  # a name that needs escaping: encoded the general way
+            template = None
+        self._send_templates[(topic, broker_name)] = template
+        return template
+
+    def _plain_fields(self, topic: str, plain: tuple[str, str, str, str]) -> dict[str, str]:
+        """The extFields of a plain message's send (without ``e`` and ``n``) from the
+        values ``send`` prepared for the template."""
+        sysflag, born, flag, unique_key = plain
+        return {
+            "a": self.group, "b": topic, "c": AUTO_CREATE_TOPIC_KEY,
+            "d": self._default_topic_queue_nums_text, "f": sysflag, "g": born, "h": flag,
+            "i": f"{_UNIQ_KEY_PROPERTY_HEAD}{unique_key}",
+        }
 
     def _choose_queue(
         self,
@@ -715,6 +790,9 @@ class _TraceSender:
 
 
 _trace_producers = itertools.count()
+
+
+_NO_TEMPLATE: Any = object()  # not made yet (None: cannot be made)
 
 
 def _retry_header_fields(properties: dict[str, str]) -> dict[str, str]:

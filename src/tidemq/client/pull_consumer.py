@@ -239,10 +239,11 @@ class _QueueState:
     stride: int = 0
     max_offset: int = 0
     # The parked pull whose answer the read callback takes (module docstring), and the
-    # extFields its pulls start from (for ``pull_fields_of``, the subscription they carry).
+    # template its pulls are rendered from (for ``pull_template_of``, the subscription they
+    # carry; None made: its extFields need escaping, built as a dict each time).
     parked: ParkedPull | None = None
-    pull_fields: dict[str, str] | None = None
-    pull_fields_of: Subscription | None = None
+    pull_template: broker_api.PullRequestTemplate | None = None
+    pull_template_of: Subscription | None = None
     pull_timeout_ms: int = 0
 
 
@@ -734,20 +735,22 @@ class PullConsumer(ClientLifecycle):
             return False
         _, address, connection = target
         subscription = state.subscription
-        template = state.pull_fields
-        if template is None or state.pull_fields_of is not subscription:
-            template = state.pull_fields = broker_api.pull_request_fields(
-                self.group, queue, 0, self.pull_batch_size, subscription,
+        if state.pull_template_of is not subscription:
+            state.pull_template = broker_api.pull_request_template(
+                self.group, queue, self.pull_batch_size, subscription,
                 suspend_timeout_ms=self.long_polling_suspend_ms)
-            state.pull_fields_of = subscription
+            state.pull_template_of = subscription
             state.pull_timeout_ms = broker_api.pull_timeout_ms(
                 self._instance, self.long_polling_suspend_ms)
         offset = state.fetch_offset
         assert offset is not None
-        fields = template.copy()
-        fields["queueOffset"] = str(offset)
+        template = state.pull_template
+        pull = (template.render(offset) if template is not None
+                else broker_api.pull_request_fields(
+                    self.group, queue, offset, self.pull_batch_size, subscription,
+                    suspend_timeout_ms=self.long_polling_suspend_ms))
         parked = ParkedPull(self, state, epoch, offset, address, subscription)
-        if not send_parked_pull(connection, fields, state.pull_timeout_ms, parked):
+        if not send_parked_pull(connection, pull, state.pull_timeout_ms, parked):
             return False
         state.parked = parked
         return True

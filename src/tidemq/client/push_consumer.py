@@ -299,6 +299,10 @@ class PushConsumer(ClientLifecycle):
         self.orderly = False
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        # Per queue: the subscription its parked pulls carry and their template (None: the
+        # extFields need escaping, built as a dict each time).
+        self._pull_templates: dict[MessageQueue, tuple[Subscription,
+                                                       broker_api.PullRequestTemplate | None]] = {}
         self._stats = PushStats()
         # Pulls go to the master, or to a slave when it is gone or suggests one.
         self._read_routing = ReadRouting(self.instance)
@@ -594,6 +598,7 @@ class PushConsumer(ClientLifecycle):
         task = self._pull_tasks.pop(queue, None)
         if task is not None:
             task.cancel()
+        self._pull_templates.pop(queue, None)
 
     def consume_task_of(self, process_queue: ProcessQueue) -> asyncio.Task[None] | None:
         """The orderly consume task working on ``process_queue``, if any."""
@@ -804,11 +809,19 @@ class PushConsumer(ClientLifecycle):
         # A slave stores no offset from a pull (RocketMQ's client clears the flag too).
         commit = (self.offset_store.read(queue)
                   if self.clustering and broker_id == MASTER_ID else None)
-        fields = broker_api.pull_request_fields(
-            self.group, queue, offset, self.pull_batch_size, subscription,
-            suspend_timeout_ms=self.long_polling_suspend_ms, commit_offset=commit, lite=False)
+        made = self._pull_templates.get(queue)
+        if made is None or made[0] is not subscription:
+            made = self._pull_templates[queue] = (subscription, broker_api.pull_request_template(
+                self.group, queue, self.pull_batch_size, subscription,
+                suspend_timeout_ms=self.long_polling_suspend_ms, lite=False))
+        template = made[1]
+        pull = (template.render(offset, commit) if template is not None
+                else broker_api.pull_request_fields(
+                    self.group, queue, offset, self.pull_batch_size, subscription,
+                    suspend_timeout_ms=self.long_polling_suspend_ms, commit_offset=commit,
+                    lite=False))
         parked = ParkedPull(self, process_queue, 0, offset, address, subscription)
-        return send_parked_pull(connection, fields,
+        return send_parked_pull(connection, pull,
                                 self.long_polling_suspend_ms + PULL_RESPONSE_GRACE_MS, parked)
 
     def parked_answered(self, parked: ParkedPull, response: RemotingCommand) -> None:

@@ -236,6 +236,158 @@ class RemotingCommand:
         return text
 
 
+
+# -- requests rendered from a template ------------------------------------------------------------
+
+
+def json_plain(text: str) -> bool:
+    """True when ``text`` is written in a JSON string exactly as it is (no quote, backslash
+    or control character, nothing Python does not call printable): then pasting it between
+    quotes gives what orjson writes for it."""
+    return '"' not in text and "\\" not in text and text.isprintable()
+
+
+class TemplateRequest(RemotingCommand):
+    """A request whose frame head was rendered from a ``JsonRequestTemplate``.
+
+    It is a ``RemotingCommand`` in every way a caller can see: its ``ext_fields`` are decoded
+    from the rendered header when first read, and from then on (a request hook signing it, a
+    test looking at it, anyone who might change them) ``encode_parts`` encodes them the
+    general way, so the bytes sent always say what ``ext_fields`` says. Unread, the rendered
+    head is sent as it is.
+    """
+
+    __slots__ = ("_fields", "_head")
+
+    def __init__(self, code: int, opaque: int, head: bytes, body: bytes | None) -> None:
+        self.code = code
+        self.opaque = opaque
+        self.flag = 0
+        self.remark = None
+        self.body = body
+        self.language = _PYTHON
+        self.version = TIDEMQ_VERSION
+        self.serialize_type = _JSON
+        self._head: bytes | None = head
+        self._fields: dict[str, str] | None = None
+
+    @property  # type: ignore[override]
+    def ext_fields(self) -> dict[str, str] | None:
+        head = self._head
+        if head is not None:
+            self._fields = orjson.loads(head[FRAME_PREFIX_SIZE + HEADER_WORD_SIZE:])["extFields"]
+            self._head = None
+        return self._fields
+
+    @ext_fields.setter
+    def ext_fields(self, fields: dict[str, str] | None) -> None:
+        self._fields = fields
+        self._head = None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RemotingCommand):
+            return NotImplemented
+        return _command_values(self) == _command_values(other)
+
+    __hash__ = None  # type: ignore[assignment]  # as RemotingCommand: mutable, unhashable
+
+    def encode_parts(self) -> list[bytes | memoryview]:
+        """The frame as ``[head, body]`` (see ``RemotingCommand.encode_parts``)."""
+        head = self._head
+        if head is None:
+            return RemotingCommand.encode_parts(self)
+        body = self.body
+        return [head, body] if body else [head]
+
+
+def _command_values(command: RemotingCommand) -> tuple[Any, ...]:
+    return (command.code, command.opaque, command.flag, command.remark, command.ext_fields,
+            command.body, command.language, command.version, command.serialize_type)
+
+
+class JsonRequestTemplate:
+    """The JSON header of a request whose extFields are mostly the same from one request to
+    the next (a producer's sends to one queue's broker, a consumer's pulls of one queue),
+    rendered by pasting the changing values and the opaque into the fixed text instead of
+    building a dict and encoding it: byte for byte what ``RemotingCommand.encode_parts``
+    writes for the same command (keys sorted, compact), in about a third of its time.
+
+    Args:
+        code: the request code.
+        fields: every extField, name -> its fixed value, or None for one given to each
+            ``render`` (in the sorted order of their names).
+
+    Raises:
+        ValueError: a fixed value or a name is not ``json_plain`` (encode such requests the
+            general way).
+    """
+
+    __slots__ = ("_join", "code", "variable_names")
+
+    def __init__(self, code: int, fields: Mapping[str, str | None]) -> None:
+        code = int(code)
+        if not _INT32_MIN <= code <= _INT32_MAX:
+            raise ValueError(f"request code {code} is not an int32")
+        # The header as literal pieces with a hole for each variable value and the opaque.
+        literals = [f'{{"code":{code},"extFields":{{']
+        variable = []
+        for index, name in enumerate(sorted(fields)):
+            value = fields[name]
+            if not json_plain(name) or (value is not None and not json_plain(value)):
+                raise ValueError(f"extField {name!r}={value!r} needs JSON escaping")
+            comma = "," if index else ""
+            if value is None:
+                literals[-1] += f'{comma}"{name}":"'
+                literals.append('"')
+                variable.append(name)
+            else:
+                literals[-1] += f'{comma}"{name}":"{value}"'
+        literals[-1] += (f'}},"flag":0,"language":"{_LANGUAGE_NAMES[_PYTHON]}","opaque":')
+        literals.append(f',"serializeTypeCurrentRPC":"JSON","version":{TIDEMQ_VERSION}}}')
+        self.code = code
+        self.variable_names = tuple(variable)
+        # One compiled join of the pieces and the values (str.format parses its pattern on
+        # every call: 1.2 us against 0.3).
+        self._join = _compile_join(len(variable), literals)
+
+    def render(self, opaque: int, values: tuple[str, ...],
+               body: bytes | None = None) -> TemplateRequest:
+        """The request with ``values`` for the variable fields (each ``json_plain``: the
+        caller's promise, as for numbers' text), ``opaque`` and ``body``.
+
+        Raises:
+            LocalProtocolError: the header or the frame is longer than a frame can say.
+        """
+        header = self._join(values, opaque).encode()
+        header_length = len(header)
+        length = HEADER_WORD_SIZE + header_length + (len(body) if body else 0)
+        if header_length > HEADER_LENGTH_MAX or length > _INT32_MAX:
+            raise LocalProtocolError(
+                f"request {request_code_name(self.code)}({self.code}): header of "
+                f"{header_length} bytes or frame of {length} bytes is too long"
+            )
+        return TemplateRequest(self.code, opaque,
+                               _FRAME_HEAD.pack(length, header_length) + header, body)
+
+
+def _compile_join(variables: int, literals: list[str]) -> Any:
+    """``join(values, opaque)``: the ``variables + 1`` literal pieces with the values and
+    the opaque's text between them, as one compiled expression (the pieces are names bound
+    in its namespace, never source text)."""
+    names = {f"L{index}": literal for index, literal in enumerate(literals)}
+    unpack = (f"({', '.join(f'v{index}' for index in range(variables))},) = values; "
+              if variables else "")
+    holes = [f"v{index}" for index in range(variables)] + ["str(opaque)"]
+    items = []
+    for index, hole in enumerate(holes):
+        items += [f"L{index}", hole]
+    items.append(f"L{len(holes)}")
+    source = f"def join(values, opaque):\n    {unpack}return ''.join(({', '.join(items)}))\n"
+    namespace: dict[str, Any] = dict(names)
+    exec(source, namespace)  # generated from names only (see the docstring)
+    return namespace["join"]
+
+
 def decode_command(frame: bytes | bytearray | memoryview) -> RemotingCommand:
     """Decode one frame, given everything AFTER its 4-byte length prefix.
 

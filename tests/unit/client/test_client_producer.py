@@ -94,6 +94,66 @@ def test_a_send_request_is_encoded_by_the_header_fast_path(run, monkeypatch):
     run(main())
 
 
+def test_a_plain_send_is_rendered_from_its_template_and_arrives_as_the_general_encoding(
+        run, monkeypatch):
+    # Speed guard: a message with no property but its unique key is not encoded by the JSON
+    # header encoder at all (its header is pasted into a template of its topic and broker);
+    # the broker reads the same fields as from the general encoder.
+    from tidemq.protocol import command
+
+    encode = command._encode_json_header
+
+    def refuse(cmd):
+        if cmd.code == RequestCode.SEND_MESSAGE_V2 and not cmd.is_response:
+            raise AssertionError(f"{cmd.describe()} was encoded, not rendered")
+        return encode(cmd)  # the fake broker's answers
+
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("Orders", cluster.brokers)
+            async with producer_for(cluster) as producer:
+                await producer.send(Message("Orders", b"x"))  # routes and heartbeats first
+                monkeypatch.setattr(command, "_encode_json_header", refuse)
+                plain = Message("Orders", b"y", flag=3)
+                result = await producer.send(plain)
+                monkeypatch.undo()
+            (_, request) = cluster.brokers[0].sends
+            assert result.status is SendStatus.SEND_OK
+            general = producer._plain_fields(
+                "Orders", ("0", request.ext_fields["g"], "3", plain.properties["UNIQ_KEY"]))
+            general.update(e=str(result.queue.queue_id), n="broker-a")
+            assert request.ext_fields == general
+            assert request.code == RequestCode.SEND_MESSAGE_V2 and request.body == b"y"
+
+    run(main())
+
+
+def test_a_send_that_cannot_be_rendered_is_encoded_in_general(run):
+    # A unique key that JSON must escape, a broker name the template does not take (not
+    # printable), a request hook (ACL signing) that adds fields: each goes the general way,
+    # with the right bytes.
+    from tidemq.client.security import Credentials
+
+    async def main():
+        cluster = FakeCluster(1)
+        cluster.brokers[0].name = "broker\xa0a"
+        async with cluster:
+            cluster.namesrv.add_topic("Orders", cluster.brokers)
+            async with producer_for(cluster) as producer:
+                quoted = Message("Orders", b"y", properties={"UNIQ_KEY": 'KEY"1'})
+                await producer.send(Message("Orders", b"x"))
+                await producer.send(quoted)
+            async with producer_for(cluster, credentials=Credentials("ak", "sk")) as signer:
+                await signer.send(Message("Orders", b"z"))
+            first, second, signed = cluster.brokers[0].sends
+            assert first.ext_fields["n"] == "broker\xa0a"
+            assert properties_of(second) == {"UNIQ_KEY": 'KEY"1'}
+            assert signed.ext_fields["AccessKey"] == "ak" and signed.ext_fields["Signature"]
+            assert producer._send_templates == {("Orders", "broker\xa0a"): None}
+
+    run(main())
+
+
 def test_a_message_with_only_its_unique_key_sends_the_properties_text_of_any_other(run):
     # A plain message's properties text is made without encode_properties: the same text.
     async def main():
