@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable
+from typing import Any
 
 from tidemq.client.message import MessageQueue
 from tidemq.protocol.message import MessageExt
@@ -40,11 +41,13 @@ class ProcessQueue:
         locked: orderly consumption: this client holds the broker lock of the queue.
         last_lock_ms: when the lock was last granted or renewed (monotonic ms).
         consuming: orderly consumption: a consume task is working on this queue.
+        pull_template: the consumer's ``(subscription, template or None)`` its parked pulls
+            are rendered from (``broker_api.pull_request_template``), once made.
     """
 
     __slots__ = (
         "_messages", "_order", "consuming", "dropped", "last_lock_ms", "locked",
-        "max_offset_pulled", "message_bytes", "queue",
+        "max_offset_pulled", "message_bytes", "pull_template", "queue",
     )
 
     def __init__(self, queue: MessageQueue) -> None:
@@ -57,6 +60,7 @@ class ProcessQueue:
         self.locked = False
         self.last_lock_ms = 0
         self.consuming = False
+        self.pull_template: tuple[Any, Any] | None = None
 
     @property
     def message_count(self) -> int:

@@ -770,8 +770,11 @@ class PullConsumer(ClientLifecycle):
                 response, queue, parked.subscription, parked.address,
                 check_crc=self.check_crcs)
             self._read_routing.suggest(queue, result.suggest_which_broker_id)
-            self._take_result(state, epoch, result)
+            self._take_result(state, epoch, result, wake=False)
             self._note_stride(state, parked.offset, result)
+            # The next pull first, then the polls: its write (the cork's flush) is queued
+            # before the poll's task, so it leaves before the application's code runs and
+            # its round trip overlaps the application's work on these messages.
             if (not self._buffer_full(state) and not self._may_pull_ahead(state)
                     and self._park(state, epoch)):
                 return
@@ -779,6 +782,8 @@ class PullConsumer(ClientLifecycle):
         except Exception as e:  # the fetch task backs off and goes on, as for a pull's error
             if state.epoch == epoch and state.task is None:
                 self._run_fetch_task(state, epoch, e)
+        finally:
+            self._wake_polls()
 
     def parked_failed(self, parked: ParkedPull, error: BaseException) -> None:
         """A parked pull timed out or lost its connection: a fetch task backs off and goes
@@ -840,7 +845,10 @@ class PullConsumer(ClientLifecycle):
         self._read_routing.suggest(queue, result.suggest_which_broker_id)
         return result
 
-    def _take_result(self, state: _QueueState, epoch: int, result: PullResult) -> None:
+    def _take_result(self, state: _QueueState, epoch: int, result: PullResult, *,
+                     wake: bool = True) -> None:
+        """Buffer ``result``'s messages for ``poll`` and move the fetch position; with
+        ``wake`` the waiting polls are woken (else the caller calls ``_wake_polls``)."""
         status = result.status
         if status is PullStatus.NO_NEW_MSG:
             state.fetch_offset = result.next_begin_offset
@@ -861,6 +869,11 @@ class PullConsumer(ClientLifecycle):
         if messages:
             state.buffered += len(messages)
             self._buffered += len(messages)
+        if wake:
+            self._wake_polls()
+
+    def _wake_polls(self) -> None:
+        """Wake every waiting poll (their tasks run in the loop's next round)."""
         if self._poll_waiters:
             waiters, self._poll_waiters = self._poll_waiters, {}
             for waiter in waiters:

@@ -299,10 +299,6 @@ class PushConsumer(ClientLifecycle):
         self.orderly = False
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
-        # Per queue: the subscription its parked pulls carry and their template (None: the
-        # extFields need escaping, built as a dict each time).
-        self._pull_templates: dict[MessageQueue, tuple[Subscription,
-                                                       broker_api.PullRequestTemplate | None]] = {}
         self._stats = PushStats()
         # Pulls go to the master, or to a slave when it is gone or suggests one.
         self._read_routing = ReadRouting(self.instance)
@@ -598,7 +594,6 @@ class PushConsumer(ClientLifecycle):
         task = self._pull_tasks.pop(queue, None)
         if task is not None:
             task.cancel()
-        self._pull_templates.pop(queue, None)
 
     def consume_task_of(self, process_queue: ProcessQueue) -> asyncio.Task[None] | None:
         """The orderly consume task working on ``process_queue``, if any."""
@@ -809,9 +804,9 @@ class PushConsumer(ClientLifecycle):
         # A slave stores no offset from a pull (RocketMQ's client clears the flag too).
         commit = (self.offset_store.read(queue)
                   if self.clustering and broker_id == MASTER_ID else None)
-        made = self._pull_templates.get(queue)
+        made = process_queue.pull_template
         if made is None or made[0] is not subscription:
-            made = self._pull_templates[queue] = (subscription, broker_api.pull_request_template(
+            made = process_queue.pull_template = (subscription, broker_api.pull_request_template(
                 self.group, queue, self.pull_batch_size, subscription,
                 suspend_timeout_ms=self.long_polling_suspend_ms, lite=False))
         template = made[1]

@@ -552,3 +552,27 @@ async def wait_for(condition, bound_s: float = 10.0) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
+
+
+def test_a_parked_answers_next_pull_leaves_before_poll_hands_its_messages_over(run):
+    # The next pull is written (the connection's cork flushed to the socket) before the poll
+    # waiting for the answer returns, so its round trip overlaps the application's work on
+    # the messages instead of starting after it.
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            broker = cluster.brokers[0]
+            queue = MessageQueue("T", "broker-a", 0)
+            async with consumer_for(cluster, consume_from="FIRST") as consumer:
+                consumer.assign([queue])
+                assert await consumer.poll(300) == []
+                await wait_for(lambda: not fetch_tasks())  # parked at offset 0
+                connection = consumer._instance.remoting.open_connection(broker.address)
+                fill(broker, "T", 0, 1)  # answers the parked pull
+                got = await consumer.poll(5000)
+                assert [m.queue_offset for m in got] == [0]
+                # The next pull is parked and nothing of it waits in the cork any more.
+                assert consumer._states[queue].parked is not None
+                assert connection._corked is None
+
+    run(main())
