@@ -15,6 +15,10 @@ every run a fresh broker, the sequences rotated run by run. With
 ``--src NAME=TREE[,--key,value...]`` (a tree whose ``src/`` holds tidemq, or ``.``, and
 ``tidemq dev`` arguments) every sequence runs for every tree: an A/B alternated in one run.
 
+``--latency-after SECONDS`` then measures figures.py's next row on the same broker (2,000
+msg/s end to end, a PullConsumer; latency_bench.measure), as figures.py does after its queue
+round.
+
 Per phase it prints msg/s and, per message of the run, the broker's CPU (all threads), its
 event loop's (main thread) CPU and the system part of it, the other threads' CPU, the loop's
 minor faults, the machine's free memory and dirty page cache at the phase's start and what the
@@ -38,7 +42,7 @@ import time
 
 from broker_bench import TIDEMQ, DevServer, bench, children_cpu_s
 from idle import wait_process_idle
-from latency_bench import load_average
+from latency_bench import load_average, measure
 from produce_ab_bench import _PythonPath
 from produce_sequence_bench import _snapshot
 from scale_bench import QUEUES_PER_TOPIC_MAX, produce_round_robin, queue_layout
@@ -108,7 +112,8 @@ def _own_cpu_s() -> float:
 
 
 def one_sequence(work_dir: str, src: str | None, dev_args: list[str], sequence: list[int],
-                 messages: int, prefill: int) -> list[dict[str, float]]:
+                 messages: int, prefill: int, latency_s: float = 0.0
+                 ) -> list[dict[str, float]]:
     with _PythonPath(src):
         server = DevServer(work_dir, extra_args=dev_args)
     try:
@@ -118,6 +123,13 @@ def one_sequence(work_dir: str, src: str | None, dev_args: list[str], sequence: 
                   "-c", "16", "--count", str(prefill), timeout_s=600)
         phases = [phase(server, f"FigQueues{queues}x{index}", queues, messages)
                   for index, queues in enumerate(sequence)]
+        if latency_s:
+            # figures.py's next row on the same broker: 2,000 msg/s end to end, PullConsumer.
+            wait_process_idle(server.process.pid)
+            result = measure(server.namesrv, work_dir, seconds=latency_s, consumer_kind="pull",
+                             broker_pid=server.process.pid)
+            phases[0]["e2e_p99_ms"] = result["latency_ms_p99"]
+            phases[0]["e2e_p999_ms"] = result["latency_ms_p999"]
     finally:
         server.stop()
     base = next((p["msgs_per_s"] for p in phases if p["queues"] == 1), phases[0]["msgs_per_s"])
@@ -142,6 +154,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--latency-after", type=float, default=0, metavar="SECONDS",
+                        help="then measure figures.py's 2,000 msg/s pull latency this long")
     parser.add_argument("--prefill", type=int, default=0,
                         help="messages to another topic before the sequence")
     parser.add_argument("--sequence", action="append", default=[],
@@ -172,7 +186,7 @@ def main() -> int:
             work_dir = tempfile.mkdtemp(prefix="queue-ratio-", dir=args.dir)
             try:
                 phases = one_sequence(work_dir, src, dev_args, sequence, args.messages,
-                                      args.prefill)
+                                      args.prefill, args.latency_after)
             finally:
                 shutil.rmtree(work_dir, ignore_errors=True)
             results.setdefault(key, []).append(phases)
@@ -180,6 +194,10 @@ def main() -> int:
                 for figures in phases:
                     print(f"run {run + 1} {key} {figures['queues']:>5} queues: "
                           f"{describe(figures)} | load {load_average()}", flush=True)
+                if "e2e_p99_ms" in phases[0]:
+                    print(f"run {run + 1} {key} then 2,000 msg/s pull: p99 "
+                          f"{phases[0]['e2e_p99_ms']:.2f} p999 {phases[0]['e2e_p999_ms']:.2f} ms",
+                          flush=True)
     load_after = load_average()
     if args.json:
         print(json.dumps({"started": started, "machine": machine_description(),
@@ -194,6 +212,12 @@ def main() -> int:
                        for column, _, _ in COLUMNS}
             print(f"{key:16s} phase {index} ({runs[0][index]['queues']} queues): "
                   f"{describe(medians)}")
+        if "e2e_p99_ms" in runs[0][0]:
+            p99s = [r[0]["e2e_p99_ms"] for r in runs]
+            p999s = [r[0]["e2e_p999_ms"] for r in runs]
+            print(f"{key:16s} then 2,000 msg/s pull: p99 {statistics.median(p99s):.2f} "
+                  f"({'; '.join(f'{v:.2f}' for v in p99s)}), p999 "
+                  f"{statistics.median(p999s):.2f} ({'; '.join(f'{v:.2f}' for v in p999s)}) ms")
     return 0
 
 

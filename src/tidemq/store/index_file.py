@@ -97,6 +97,7 @@ from pathlib import Path
 from tidemq.errors import StoreError, StoreFull
 from tidemq.protocol.message import java_string_abs_hashes, java_string_hash
 from tidemq.store.key_columns import KeyColumns
+from tidemq.store.mapped_file import MADV_POPULATE_WRITE, madvise
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,6 @@ _INT32_MIN = -(2**31)
 _FILE_NAME = re.compile(r"^[0-9]{17}$")
 # Entries are reserved this many bytes (52,428 entries) at a time as the file fills.
 ENTRY_RESERVE_CHUNK_BYTES = 1 << 20
-# madvise(2) advice (Linux 5.14+): fault the range in writable, as a write to each page would.
-_MADV_POPULATE_WRITE = 23
 
 # A batch reads and writes its slots through a native uint32 view of the slot table (one C
 # call per batch instead of one struct call per key); the file is big-endian, so on a
@@ -583,7 +582,7 @@ class IndexFile:
             exported = ctypes.c_char.from_buffer(self._mmap)
             address = ctypes.addressof(exported)
             del exported
-            return _madvise(address, length, _MADV_POPULATE_WRITE)
+            return madvise(address, length, MADV_POPULATE_WRITE)
 
     def close(self) -> None:
         """Unmap the file and close its descriptor (after a ``populate`` in progress)."""
@@ -1144,21 +1143,3 @@ def _reserve(fd: int, path: Path, start: int, length: int) -> None:
         if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise StoreError(f"cannot reserve space in index file {path}: {exc}") from exc
         # No fallocate on this file system: the file stays sparse.
-
-
-_libc_madvise: Callable[..., int] | None = None
-
-
-def _madvise(address: int, length: int, advice: int) -> bool:
-    """madvise(2) through ctypes, which releases the GIL for the call (``mmap.madvise`` holds
-    it: measured, a 200 MiB populate stopped every other thread for 1.2 s). True on success."""
-    global _libc_madvise
-    if _libc_madvise is None:
-        try:
-            function = ctypes.CDLL(None, use_errno=True).madvise
-        except (OSError, AttributeError):
-            return False
-        function.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        function.restype = ctypes.c_int
-        _libc_madvise = function
-    return _libc_madvise(address, length, advice) == 0

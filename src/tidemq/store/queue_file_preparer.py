@@ -57,6 +57,7 @@ from tidemq.store.mapped_file import (
     MappedFile,
     file_name,
     first_page_size,
+    populate_writable,
     start_sparse_segment,
 )
 
@@ -223,16 +224,15 @@ class QueueFilePreparer:
             return
         finally:
             os.close(fd)
+        # Fault the first page in writable without the GIL (threads share the page tables:
+        # the loop's first entry then takes no fault); it changes no byte, so it is safe
+        # even if the loop is writing the same file meanwhile.
+        populate_writable(mapping, first_page_size(self.file_size))
         mapped = MappedFile(path, 0, self.file_size, mapping)
         mapped.reserved_position = first_page_size(self.file_size)
         key = (topic, queue_id)
         with self._wake:
             if not (self._closed or key in self._claimed or self._has_queue(topic, queue_id)):
-                # Nobody else writes this file (a put claims the queue under this lock
-                # first), so writing the zero that is there only faults the first page in,
-                # writable: threads share the page tables, and the loop's first entry then
-                # takes no fault.
-                mapping[0] = 0
                 self._ready[key] = mapped
                 return
             self._claimed.discard(key)
