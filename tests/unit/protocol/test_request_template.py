@@ -34,7 +34,7 @@ def general(code, opaque, fields, body):
     return RemotingCommand(code, opaque, 0, None, dict(fields), body).encode_parts()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.dictionaries(names, st.one_of(st.none(), plain_text), max_size=8),
        st.data(), st.integers(0, 2**31 - 1), st.one_of(st.none(), st.binary(max_size=64)),
        st.integers(-(2**31), 2**31 - 1))
