@@ -284,9 +284,11 @@ def _open_broker(command: str, broker_config: Any, store_config: Any) -> Any:
 
     First the process's open-file soft limit is raised to the hard limit (every mapped
     queue file holds a descriptor), and once the store is open a WARNING gives the numbers
-    when the limit leaves too little room (``tidemq.store.open_files``).
+    when the limit leaves too little room (``tidemq.store.open_files``), and another when
+    message body CRCs are computed without the accelerator (``tidemq.protocol.crc``).
     """
     from tidemq.broker.controller import BrokerController
+    from tidemq.protocol import crc
     from tidemq.store import open_files
 
     limit = open_files.raise_open_file_limit()
@@ -305,6 +307,9 @@ def _open_broker(command: str, broker_config: Any, store_config: Any) -> Any:
     shortage = open_files.open_file_shortage(limit, in_use) if in_use is not None else None
     if shortage is not None:
         log.warning("%s", shortage)
+    slow_crc = crc.accelerator_warning()
+    if slow_crc is not None:
+        log.warning("%s", slow_crc)
     return controller
 
 

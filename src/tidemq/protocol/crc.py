@@ -44,3 +44,15 @@ zlib_crc32: Callable[..., int] = zlib.crc32
 def body_crc(body: bytes | bytearray | memoryview) -> int:
     """BODYCRC of ``body``: its CRC-32 masked to 31 bits, as RocketMQ writes it."""
     return crc32(body) & 0x7FFFFFFF
+
+
+def accelerator_warning() -> str | None:
+    """What a server logs at start when BODYCRC is computed by zlib (None when ISA-L's
+    ``crc32`` is in use): the cost and the fix."""
+    if ACCELERATED:
+        return None
+    return (
+        "message body CRCs (BODYCRC) are computed with zlib because the isal package (a "
+        "tidemq dependency) is not installed or did not load: about 0.4 us more CPU per "
+        "1 KiB message on the event loop; install it with 'pip install isal'"
+    )

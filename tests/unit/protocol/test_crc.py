@@ -12,27 +12,38 @@ from hypothesis import strategies as st
 from tidemq.protocol import crc
 from tidemq.protocol.message import body_crc
 
-accelerated = pytest.importorskip(
-    "isal.isal_zlib",
-    reason="the optional accelerator (PyPI isal) is not installed here: tidemq uses zlib's "
-    "crc32 and this comparison has nothing to compare (pip install isal to run it)",
-)
+
+def test_a_server_is_told_when_crcs_are_computed_without_the_accelerator(monkeypatch) -> None:
+    monkeypatch.setattr(crc, "ACCELERATED", False)
+    warning = crc.accelerator_warning()
+    assert warning is not None and "zlib" in warning and "pip install isal" in warning
+    monkeypatch.setattr(crc, "ACCELERATED", True)
+    assert crc.accelerator_warning() is None
 
 
-def test_the_accelerator_is_used_when_installed() -> None:
+@pytest.fixture(scope="module")
+def accelerated():
+    return pytest.importorskip(
+        "isal.isal_zlib",
+        reason="the optional accelerator (PyPI isal) is not installed here: tidemq uses "
+        "zlib's crc32 and this comparison has nothing to compare (pip install isal to run it)",
+    )
+
+
+def test_the_accelerator_is_used_when_installed(accelerated) -> None:
     assert crc.ACCELERATED
     assert crc.crc32 is accelerated.crc32
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(data=st.binary(max_size=5000), value=st.integers(0, 2**32 - 1))
-def test_accelerated_crc32_is_zlibs(data: bytes, value: int) -> None:
+def test_accelerated_crc32_is_zlibs(accelerated, data: bytes, value: int) -> None:
     assert accelerated.crc32(data) == zlib.crc32(data)
     assert accelerated.crc32(data, value) == zlib.crc32(data, value)
     assert crc.body_crc(data) == body_crc(data) == zlib.crc32(data) & 0x7FFFFFFF
 
 
-def test_accelerated_crc32_takes_the_buffers_the_store_gives_it() -> None:
+def test_accelerated_crc32_takes_the_buffers_the_store_gives_it(accelerated) -> None:
     record = bytes(range(256)) * 9
     for data in (bytearray(record), memoryview(record)[7:2000], memoryview(bytearray(record))):
         assert accelerated.crc32(data) == zlib.crc32(data)
