@@ -79,7 +79,8 @@ def test_store_bench_gives_all_three_figures(tmp_path):
 
 def test_loop_stall_bench_stores_and_probes(tmp_path):
     report = last_json(run_harness("loop_stall_bench.py", "--rate", "200", "--seconds", "0.3",
-                                   "--runs", "1", "--dir", str(tmp_path), "--json").stdout)
+                                   "--runs", "1", "--idle-queues", "3", "--dir", str(tmp_path),
+                                   "--json").stdout)
     run = report["runs"][0]
     assert run["stored"] > 0 and run["probe_wake_ups"] > 0
     assert report["median"]["late_ms_max"] >= report["median"]["late_ms_p99"] >= 0
