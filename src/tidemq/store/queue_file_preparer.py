@@ -34,8 +34,9 @@ for the one being made, so none appears after its directory is removed.
 
 Costs: 4 KiB of disk per queue of a topic that is written to (or created with 16 queues or
 more), whether or not every queue is, and a descriptor and a 4 KiB page of memory per such
-queue from then on (what a restart costs anyway: it maps every queue file it finds);
-nothing for narrower topics never written. Queues that already have a file are skipped.
+queue from then on (what a restart costs anyway: it maps every queue file it finds; near
+the open-file soft limit a file is made but not mapped, leaving the descriptors to
+connections); nothing for narrower topics never written. Queues that already have a file are skipped.
 
 Threads: ``request``, ``take`` and ``forget`` from any thread; the files are made by the
 thread "tidemq-queue-file-preparer", started on the first request or by ``start``.
@@ -48,6 +49,7 @@ import contextlib
 import logging
 import mmap
 import os
+import resource
 import threading
 from collections.abc import Callable
 
@@ -60,6 +62,7 @@ from tidemq.store.mapped_file import (
     populate_writable,
     start_sparse_segment,
 )
+from tidemq.store.open_files import DESCRIPTORS_FOR_CONNECTIONS
 
 logger = logging.getLogger(__name__)
 
@@ -218,6 +221,9 @@ class QueueFilePreparer:
             fd = os.open(path, os.O_RDWR)
         except OSError:
             return
+        if not _room_for_a_mapping(fd):
+            os.close(fd)
+            return
         try:
             mapping = mmap.mmap(fd, self.file_size, access=mmap.ACCESS_WRITE)
         except OSError:
@@ -257,3 +263,13 @@ class QueueFilePreparer:
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+
+
+def _room_for_a_mapping(fd: int) -> bool:
+    """True while mapping one more segment ahead leaves the broker its descriptors for
+    connections (open_files.py). A mapping holds a descriptor; ``fd``, the lowest free
+    number, is about how many are open. Near the soft limit a segment is not mapped ahead:
+    the queue's first put maps it, as it maps a queue written only then (wide topics created
+    but not written would otherwise take the descriptors connections need)."""
+    soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return soft_limit == resource.RLIM_INFINITY or fd + DESCRIPTORS_FOR_CONNECTIONS < soft_limit

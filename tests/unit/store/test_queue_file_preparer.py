@@ -141,6 +141,30 @@ def test_a_queue_made_while_its_file_is_pending_or_being_made_is_not_handed_one(
         preparer.close()
 
 
+def test_near_the_open_file_limit_files_are_made_but_not_mapped_ahead(root, config,
+                                                                     monkeypatch):
+    # Mapped segments hold descriptors: near the soft limit the preparer leaves the mapping
+    # to the first put, so connections keep their descriptors.
+    from tidemq.store import queue_file_preparer
+
+    real_getrlimit = queue_file_preparer.resource.getrlimit
+
+    def tight_getrlimit(which):
+        soft, hard = real_getrlimit(which)
+        return (1024, hard) if which == queue_file_preparer.resource.RLIMIT_NOFILE else (
+            soft, hard)
+
+    monkeypatch.setattr(queue_file_preparer.resource, "getrlimit", tight_getrlimit)
+    with FileMessageStore(config) as store:
+        store.prepare_queue_files("Orders", 2)
+        wait_until(lambda: store._queue_files.prepared == 2, "the prepared files")
+        with store._queue_files._busy:  # the last file's hand-over is over
+            assert store._queue_files.ready_count == 0
+        assert str(segment(root, "Orders", 1)) not in mapped_paths()
+        assert store.put_message(message("Orders", 1, b"first")).ok
+        assert body_at(store, "Orders", 1, 0) == b"first"
+
+
 def test_a_queue_the_store_holds_is_left_alone(root, config):
     with FileMessageStore(config) as store:
         assert store.put_message(message("Orders", 0, b"a")).ok
