@@ -36,7 +36,8 @@ Costs: 4 KiB of disk per queue of a topic that is written to (or created with 16
 more), whether or not every queue is, and a descriptor and a 4 KiB page of memory per such
 queue from then on (what a restart costs anyway: it maps every queue file it finds; near
 the open-file soft limit a file is made but not mapped, leaving the descriptors to
-connections); nothing for narrower topics never written. Queues that already have a file are skipped.
+connections); nothing for narrower topics never written. Queues that already have a file
+are skipped.
 
 Threads: ``request``, ``take`` and ``forget`` from any thread; the files are made by the
 thread "tidemq-queue-file-preparer", started on the first request or by ``start``.
