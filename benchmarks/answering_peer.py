@@ -1,12 +1,14 @@
 """A broker connection's peer with no socket, for the in-process cost harnesses.
 
-A helper of send_cost_bench.py and batch_cost_bench.py, not a benchmark: it has no ``main``.
-One class for both, so that when the send processor or the dispatcher starts using another
-attribute of a connection, one place learns it (a stale copy once made a harness crash).
+A helper of send_cost_bench.py, batch_cost_bench.py and pull_cost_bench.py, not a benchmark:
+it has no ``main``. One class (and one socket stand-in) for all, so that when the send
+processor, the dispatcher or a connection starts using another attribute of its peer, one
+place learns it (a stale copy once made a harness crash).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 
@@ -57,3 +59,40 @@ def count_frames(parts: list[Any]) -> int:
             position += 4 + int.from_bytes(part[position:position + 4], "big")
         left = position - size
     return count
+
+
+class CountingTransport(asyncio.Transport):
+    """What a real remoting connection uses of its socket: writes count the frames (into
+    ``answered[0]``, shared with the harness) and are dropped; nothing is read from it."""
+
+    def __init__(self, answered: list[int]) -> None:
+        super().__init__()
+        self._answered = answered
+        self._closing = False
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("127.0.0.1", 45678) if name in ("peername", "sockname") else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def writelines(self, parts) -> None:  # type: ignore[no-untyped-def]
+        self._answered[0] += count_frames(parts)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._closing = True
+
+    def abort(self) -> None:
+        self._closing = True

@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 
-from answering_peer import count_frames
+from answering_peer import CountingTransport
 from variants import rotated, src_variants
 
 TOPIC = "PullCost"
@@ -77,7 +77,7 @@ async def _broker_child(work_dir: str, pulls: int, messages: int, queues: int, p
     try:
         broker.topic_config_manager.update(TopicConfig(TOPIC, queues, queues))
         holds = broker.pull_hold_service
-        socket = _Transport(answered)
+        socket = CountingTransport(answered)
         served = broker.server._new_connection()
         served.connection_made(socket)
         offsets = [0] * queues
@@ -139,43 +139,6 @@ async def _broker_child(work_dir: str, pulls: int, messages: int, queues: int, p
         return statistics.median(costs), min(costs)
     finally:
         await broker.shutdown(grace_s=1.0)
-
-
-class _Transport(asyncio.Transport):
-    """What a remoting connection uses of its socket: writes count the frames and are
-    dropped; nothing is read from it."""
-
-    def __init__(self, answered: list[int]) -> None:
-        super().__init__()
-        self._answered = answered
-        self._closing = False
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return ("127.0.0.1", 45678) if name in ("peername", "sockname") else default
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def is_closing(self) -> bool:
-        return self._closing
-
-    def writelines(self, parts) -> None:  # type: ignore[no-untyped-def]
-        self._answered[0] += count_frames(parts)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self._closing = True
-
-    def abort(self) -> None:
-        self._closing = True
 
 
 def main() -> int:
