@@ -18,8 +18,12 @@ import urllib.request
 from collections.abc import Callable
 
 import pytest
+from selenium.common.exceptions import (
+    NoSuchElementException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from server_processes import TEST_SEND_TIMEOUT_MS
@@ -54,19 +58,45 @@ async def create_topic(namesrv: str, topic: str, queues: int = 2) -> None:
             await asyncio.sleep(0.1)
 
 
+def _detached(error: WebDriverException) -> bool:
+    """True for chromedriver's way of saying an element's page went away under a command
+    (a navigation in between): "unhandled inspector error: ... Node with given id does not
+    belong to the document", an unknown error rather than StaleElementReferenceException."""
+    return isinstance(error, StaleElementReferenceException) or (
+        "does not belong to the document" in str(error))
+
+
 def text_of(browser, element_id: str) -> str:
     """The text of the element ``element_id``, waiting (bounded) for a page that is still
-    loading after a click to show it."""
-    WebDriverWait(browser, WAIT_S).until(
-        expected_conditions.presence_of_element_located((By.ID, element_id)))
-    return browser.find_element(By.ID, element_id).text
+    loading after a click to show it; found again if its page was replaced under the read."""
+    def read(driver) -> tuple[str] | None:  # a tuple: an empty text is an answer too
+        try:
+            return (driver.find_element(By.ID, element_id).text,)
+        except NoSuchElementException:
+            return None
+        except WebDriverException as e:
+            if _detached(e):
+                return None
+            raise
+
+    return WebDriverWait(browser, WAIT_S).until(read)[0]
 
 
 def submit_and_wait(browser, button) -> None:
     """Click a form's button and wait until the page it leads to has replaced this one."""
     old_page = browser.find_element(By.TAG_NAME, "html")
     button.click()
-    WebDriverWait(browser, WAIT_S).until(expected_conditions.staleness_of(old_page))
+
+    def replaced(_driver) -> bool:
+        try:
+            old_page.is_enabled()
+        except WebDriverException as e:
+            if _detached(e):
+                return True
+            raise
+        return False
+
+    WebDriverWait(browser, WAIT_S).until(replaced)
 
 
 def fill_and_submit(browser, form_id: str, values: dict[str, str]) -> None:
