@@ -112,16 +112,14 @@ final class AdminScenarios {
         return consumer;
     }
 
-    /** Consume stats reach zero lag; the group's connection shows its subscription. */
-    static void consumeStats(Env env, Map<String, Object> observed) throws Exception {
-        String topic = env.name("JavaStats");
-        String group = env.name("cg_stats");
-        env.createTopic(topic, 2);
-        Map<String, AtomicInteger> counts = new ConcurrentHashMap<>();
-        DefaultMQPushConsumer consumer = countingConsumer(env, group, topic, counts);
-        ConsumeScenarios.send(env.producer(env.name("pg_stats")), topic, "s-", 10);
-        Check.eventually(() -> counts.size() == 10, env.timeoutMs, "10 consumed");
-        DefaultMQAdminExt admin = env.admin();
+    /**
+     * Wait until the broker holds the group's committed offsets for every message of topic
+     * (consume stats: broker offsets sum to {@code messages}, no lag). A push consumer
+     * commits what it consumed asynchronously: in its next pull's commitOffset, or every 5 s
+     * (persistConsumerOffsetInterval), so "consumed" comes before "committed".
+     */
+    static void awaitCommitted(Env env, DefaultMQAdminExt admin, String group, String topic,
+            long messages) throws Exception {
         Check.eventually(() -> {
             try {
                 ConsumeStats stats = admin.examineConsumeStats(group);
@@ -135,11 +133,24 @@ final class AdminScenarios {
                                 - entry.getValue().getConsumerOffset();
                     }
                 }
-                return broker == 10 && lag == 0;
+                return broker == messages && lag == 0;
             } catch (Exception notYet) {
                 return false;
             }
-        }, env.timeoutMs, "consume stats with broker offsets 10 and no lag");
+        }, env.timeoutMs, "consume stats with broker offsets " + messages + " and no lag");
+    }
+
+    /** Consume stats reach zero lag; the group's connection shows its subscription. */
+    static void consumeStats(Env env, Map<String, Object> observed) throws Exception {
+        String topic = env.name("JavaStats");
+        String group = env.name("cg_stats");
+        env.createTopic(topic, 2);
+        Map<String, AtomicInteger> counts = new ConcurrentHashMap<>();
+        DefaultMQPushConsumer consumer = countingConsumer(env, group, topic, counts);
+        ConsumeScenarios.send(env.producer(env.name("pg_stats")), topic, "s-", 10);
+        Check.eventually(() -> counts.size() == 10, env.timeoutMs, "10 consumed");
+        DefaultMQAdminExt admin = env.admin();
+        awaitCommitted(env, admin, group, topic, 10);
         ConsumerConnection connection = admin.examineConsumerConnectionInfo(group);
         Check.equal(1, connection.getConnectionSet().size(), "connections of the group");
         Connection member = connection.getConnectionSet().iterator().next();
@@ -164,6 +175,9 @@ final class AdminScenarios {
         ConsumeScenarios.send(env.producer(env.name("pg_reset")), topic, "r-", 10);
         Check.eventually(() -> counts.size() == 10, env.timeoutMs, "10 consumed once");
         DefaultMQAdminExt admin = env.admin();
+        // A reset needs the group's committed offsets on the broker (RocketMQ's broker
+        // refuses a group with none for a queue), and the consumer commits asynchronously.
+        awaitCommitted(env, admin, group, topic, 10);
         Map<MessageQueue, Long> reset = admin.resetOffsetByTimestamp(topic, group, before, true);
         long total = 0;
         for (Long offset : reset.values()) {
