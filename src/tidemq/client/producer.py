@@ -306,65 +306,51 @@ class Producer(ClientLifecycle):
         topic = message.topic
         body, sysflag = self._maybe_compress(message.body)
         flag = message.flag
-        if (len(properties) == 1 and not topic.startswith(RETRY_PREFIX)
-                and self._instance.remoting.request_hook is None
-                and (unique_key_generated or json_plain(unique_key))):
-            # The common message (no property but its unique key, no request hook signing
-            # it): its header is rendered from the template of its topic and broker
-            # (``_send_templates``) with these values in the attempt loop, not built as a
-            # dict and encoded; the bytes are the same.
-            if len(unique_key) > _PROPERTIES_CHARS_ALWAYS_OK - len(_UNIQ_KEY_PROPERTY_HEAD):
-                check_properties_size(topic, f"{_UNIQ_KEY_PROPERTY_HEAD}{unique_key}")
-            plain = (str(sysflag) if sysflag else "0", str(time.time_ns() // 1_000_000),
-                     str(flag) if flag else "0", unique_key)
-            if self.tracer is None:
-                return await self._send_request(
-                    _SEND_MESSAGE_V2_CODE, topic, None, body, unique_key, message,
-                    sharding_key, queue, selector, timeout_ms, plain,
-                )
-            started_ms = time.time_ns() // 1_000_000
-            result = await self._send_request(
-                _SEND_MESSAGE_V2_CODE, topic, None, body, unique_key, message,
-                sharding_key, queue, selector, timeout_ms, plain,
-            )
-            self.tracer.sent((message,), result, started_ms,
-                             self._instance.master_address(result.queue.broker_name))
-            return result
-        fields = {
-            "a": self.group,
-            "b": topic,
-            "c": AUTO_CREATE_TOPIC_KEY,
-            "d": self._default_topic_queue_nums_text,
-            "e": "0",
-            "f": str(sysflag) if sysflag else "0",
-            "g": str(time.time_ns() // 1_000_000),
-            "h": str(flag) if flag else "0",
-        }
+        sysflag_text = str(sysflag) if sysflag else "0"
+        born_text = str(time.time_ns() // 1_000_000)
+        flag_text = str(flag) if flag else "0"
+        code = _SEND_MESSAGE_V2_CODE
+        fields: dict[str, str] | None
+        plain: tuple[str, str, str, str] | None = None
         if len(properties) == 1 and not topic.startswith(RETRY_PREFIX):
             # The common message: no property but its unique key (no tags, keys, reply
             # type, retry counts), rendered as encode_properties renders it.
-            properties_text = f"{_UNIQ_KEY_PROPERTY_HEAD}{unique_key}"
-            code = _SEND_MESSAGE_V2_CODE
+            if len(unique_key) > _PROPERTIES_CHARS_ALWAYS_OK - len(_UNIQ_KEY_PROPERTY_HEAD):
+                check_properties_size(topic, f"{_UNIQ_KEY_PROPERTY_HEAD}{unique_key}")
+            plain = (sysflag_text, born_text, flag_text, unique_key)
+            if (self._instance.remoting.request_hook is None
+                    and (unique_key_generated or json_plain(unique_key))):
+                # No request hook signing it and nothing to escape: its header is rendered
+                # in the attempt loop from the template of its topic and broker
+                # (``_send_templates``), not built as a dict and encoded; the bytes are the
+                # same.
+                fields = None
+            else:
+                fields = self._plain_fields(topic, plain)
         else:
-            if topic.startswith(RETRY_PREFIX):
-                fields.update(_retry_header_fields(properties))
+            # A retry's reconsume counts leave the properties for the header first.
+            retry_fields = (_retry_header_fields(properties) if topic.startswith(RETRY_PREFIX)
+                            else None)
             properties_text = encode_properties(properties)
+            if len(properties_text) > _PROPERTIES_CHARS_ALWAYS_OK:
+                check_properties_size(topic, properties_text)
+            fields = self._send_fields(topic, sysflag_text, born_text, flag_text,
+                                       properties_text)
+            if retry_fields:
+                fields.update(retry_fields)
             # A reply (request_reply.reply_message) is sent with its own code, so the broker
             # pushes it to its requester.
-            code = (_SEND_REPLY_MESSAGE_V2_CODE if is_reply(message)
-                    else _SEND_MESSAGE_V2_CODE)
-        if len(properties_text) > _PROPERTIES_CHARS_ALWAYS_OK:
-            check_properties_size(topic, properties_text)
-        fields["i"] = properties_text
+            if is_reply(message):
+                code = _SEND_REPLY_MESSAGE_V2_CODE
         if self.tracer is None:
             return await self._send_request(
                 code, topic, fields, body, unique_key, message,
-                sharding_key, queue, selector, timeout_ms,
+                sharding_key, queue, selector, timeout_ms, plain,
             )
         started_ms = time.time_ns() // 1_000_000
         result = await self._send_request(
             code, topic, fields, body, unique_key, message,
-            sharding_key, queue, selector, timeout_ms,
+            sharding_key, queue, selector, timeout_ms, plain,
         )
         self.tracer.sent((message,), result, started_ms,
                          self._instance.master_address(result.queue.broker_name))
@@ -647,10 +633,17 @@ class Producer(ClientLifecycle):
         """The extFields of a plain message's send (without ``e`` and ``n``) from the
         values ``send`` prepared for the template."""
         sysflag, born, flag, unique_key = plain
+        return self._send_fields(topic, sysflag, born, flag,
+                                 f"{_UNIQ_KEY_PROPERTY_HEAD}{unique_key}")
+
+    def _send_fields(self, topic: str, sysflag: str, born: str, flag: str,
+                     properties_text: str) -> dict[str, str]:
+        """A send's extFields but the queue id and the broker name (``e`` and ``n``, set by
+        ``_send_request`` per attempt) and a retry's reconsume fields."""
         return {
             "a": self.group, "b": topic, "c": AUTO_CREATE_TOPIC_KEY,
             "d": self._default_topic_queue_nums_text, "f": sysflag, "g": born, "h": flag,
-            "i": f"{_UNIQ_KEY_PROPERTY_HEAD}{unique_key}",
+            "i": properties_text,
         }
 
     def _choose_queue(
