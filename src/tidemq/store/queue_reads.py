@@ -30,6 +30,7 @@ from tidemq.protocol.message import POSITION_PHYSICAL_OFFSET
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.consume_queue import ENTRY, ENTRY_SIZE, FILLER_SIZE, ConsumeQueue
 from tidemq.store.interface import GetResult, GetStatus
+from tidemq.store.mapped_file import MappedFile
 from tidemq.store.record_check import RecordKind, inspect_record
 
 # RocketMQ scans at most this many bytes of consume queue per pull (800 entries), or
@@ -107,16 +108,11 @@ def _collect_all(
     # Usually each record starts where the one before it ends (they were appended one after
     # the other): one run, one slice. Else the runs are found below.
     if not any(map(ne, physical_offsets[1:], map(add, physical_offsets, sizes))):
-        run_start = physical_offsets[0]
-        mapped = find_file(run_start)
-        if mapped is None:
-            return None
-        base = mapped.file_from_offset
-        run_end = physical_offsets[-1] + sizes[-1]
-        if run_end > base + mapped.write_position:
-            return None  # past the written log (or into the next segment)
         try:
-            with mapped.buffer[run_start - base : run_end - base] as run:
+            run = _run_view(find_file, physical_offsets[0], physical_offsets[-1] + sizes[-1])
+            if run is None:
+                return None
+            with run:
                 return bytes(run), count
         except ValueError:
             return None  # a segment was deleted by retention meanwhile: the loop says so
@@ -127,21 +123,34 @@ def _collect_all(
     try:
         for first, last in zip([0, *breaks], [*(index - 1 for index in breaks), count - 1],
                                strict=True):
-            run_start = physical_offsets[first]
-            run_end = ends[last]
-            mapped = find_file(run_start)
-            if mapped is None:
+            part = _run_view(find_file, physical_offsets[first], ends[last])
+            if part is None:
                 return None
-            base = mapped.file_from_offset
-            if run_end > base + mapped.write_position:
-                return None  # past the written log (or into the next segment)
-            parts.append(mapped.buffer[run_start - base : run_end - base])
+            parts.append(part)
         return b"".join(parts), count
     except ValueError:
         return None  # a segment was deleted by retention while we read it: the loop says so
     finally:
         for part in parts:
             part.release()
+
+
+def _run_view(find_file: Callable[[int], MappedFile | None], run_start: int,
+              run_end: int) -> memoryview | None:
+    """A view of the commit log's bytes [run_start, run_end) in one segment (the caller
+    releases it), or None when no segment holds run_start or the run goes past its written
+    end (or into the next segment).
+
+    Raises:
+        ValueError: the segment was unmapped (deleted by retention) meanwhile.
+    """
+    mapped = find_file(run_start)
+    if mapped is None:
+        return None
+    base = mapped.file_from_offset
+    if run_end > base + mapped.write_position:
+        return None
+    return mapped.buffer[run_start - base : run_end - base]
 
 
 # Per entry count, the unpacker of that many entries' (offset, size) columns: the format
