@@ -163,13 +163,8 @@ def _checked_group(group_handler: Callable[..., Any]) -> Callable[..., Any]:
         refusals = [group_refusal(request) for request in requests]
         if not any(refusals):
             return await group_handler(requests, *args)
-        passed = [r for r, remark in zip(requests, refusals, strict=True) if remark is None]
-        answers = iter(await group_handler(passed, *args) if passed else [])
-        return [
-            next(answers) if remark is None
-            else RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark)
-            for request, remark in zip(requests, refusals, strict=True)
-        ]
+        passed = _passed(requests, refusals)
+        return _merged(requests, refusals, await group_handler(passed, *args) if passed else [])
 
     return check_then_handle
 
@@ -182,12 +177,25 @@ def _checked_group_now(group_handler: Callable[..., Any]) -> Callable[..., Any]:
         refusals = [group_refusal(request) for request in requests]
         if not any(refusals):
             return group_handler(requests, *args)  # type: ignore[no-any-return]
-        passed = [r for r, remark in zip(requests, refusals, strict=True) if remark is None]
-        answers = iter(group_handler(passed, *args) if passed else [])
-        return [
-            next(answers) if remark is None
-            else RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark)
-            for request, remark in zip(requests, refusals, strict=True)
-        ]
+        passed = _passed(requests, refusals)
+        return _merged(requests, refusals, group_handler(passed, *args) if passed else [])
 
     return check_then_handle
+
+
+def _passed(requests: list[RemotingCommand], refusals: list[str | None]) -> list[RemotingCommand]:
+    """The requests whose group name passed (``refusals``: a remark per request, or None)."""
+    return [request for request, remark in zip(requests, refusals, strict=True)
+            if remark is None]
+
+
+def _merged(requests: list[RemotingCommand], refusals: list[str | None],
+            answers: list[Any]) -> list[Any]:
+    """Every request's answer in order: the group handler's ``answers`` to the passed ones,
+    SYSTEM_ERROR with its remark to each refused one."""
+    passed_answers = iter(answers)
+    return [
+        next(passed_answers) if remark is None
+        else RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark)
+        for request, remark in zip(requests, refusals, strict=True)
+    ]
