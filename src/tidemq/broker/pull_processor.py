@@ -295,10 +295,7 @@ class PullMessageProcessor:
         if first and header.sys_flag & PULL_FLAG_SUSPEND and self._nothing_new(header):
             # The read would say PULL_NOT_FOUND (nothing after the offset), which parks a
             # suspended pull: park it without the read and an answer nobody sends.
-            if header.sys_flag & PULL_FLAG_COMMIT_OFFSET and not self._role.is_slave:
-                self._offsets.commit_offset(
-                    header.consumer_group, header.topic, header.queue_id, header.commit_offset
-                )
+            self._commit_offset_of(header)
             return self._park(request, connection, header)
         result = self._store.get_messages(
             header.topic,
@@ -326,10 +323,8 @@ class PullMessageProcessor:
             # A slave may lag its master: its view of the queue is no reason to move the
             # consumer (RocketMQ without offsetCheckInSlave).
             code, next_begin_offset = ResponseCode.PULL_RETRY_IMMEDIATELY, header.queue_offset
-        if first and header.sys_flag & PULL_FLAG_COMMIT_OFFSET and not is_slave:
-            self._offsets.commit_offset(
-                header.consumer_group, header.topic, header.queue_id, header.commit_offset
-            )
+        if first:
+            self._commit_offset_of(header)
         if first and code == _PULL_NOT_FOUND and header.sys_flag & PULL_FLAG_SUSPEND:
             return self._park(request, connection, header)
         # PullMessageResponseHeader's extFields (its to_ext_fields, in its field order, which
@@ -350,6 +345,14 @@ class PullMessageProcessor:
         return RemotingCommand(int(code), request.opaque, FLAG_RESPONSE,
                                _remark(result, header, subscription), ext_fields, None,
                                _PYTHON, TIDEMQ_VERSION, request.serialize_type)
+
+    def _commit_offset_of(self, header: PullMessageRequestHeader) -> None:
+        """Commit the offset a pull carries (its COMMIT_OFFSET flag), once, as it arrives;
+        a slave keeps no consumer offsets of its own."""
+        if header.sys_flag & PULL_FLAG_COMMIT_OFFSET and not self._role.is_slave:
+            self._offsets.commit_offset(
+                header.consumer_group, header.topic, header.queue_id, header.commit_offset
+            )
 
     def _nothing_new(self, header: PullMessageRequestHeader) -> bool:
         """True when a read of the pull's queue from its offset would find nothing after it
