@@ -78,7 +78,6 @@ without preparing it keep the lazy behaviour (a file at the first key, faults as
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import logging
 import mmap
@@ -97,7 +96,7 @@ from pathlib import Path
 from tidemq.errors import StoreError, StoreFull
 from tidemq.protocol.message import java_string_abs_hashes, java_string_hash
 from tidemq.store.key_columns import KeyColumns
-from tidemq.store.mapped_file import MADV_POPULATE_WRITE, madvise
+from tidemq.store.mapped_file import populate_writable
 
 log = logging.getLogger(__name__)
 
@@ -577,12 +576,8 @@ class IndexFile:
             length = min(len(self._mmap), self._entries_base)
             length += -length % mmap.PAGESIZE  # whole pages; the mapping is longer anyway
             length = min(length, len(self._mmap))
-            # The mapping's address (an export of the buffer, released at once: close needs
-            # none left); it stays mapped while the lock keeps close out.
-            exported = ctypes.c_char.from_buffer(self._mmap)
-            address = ctypes.addressof(exported)
-            del exported
-            return madvise(address, length, MADV_POPULATE_WRITE)
+            # The mapping stays mapped while the lock keeps close out.
+            return populate_writable(self._mmap, length)
 
     def close(self) -> None:
         """Unmap the file and close its descriptor (after a ``populate`` in progress)."""
