@@ -41,11 +41,6 @@ zlib_crc32: Callable[..., int] = zlib.crc32
 """zlib's own, for the tests that compare the two."""
 
 
-def body_crc(body: bytes | bytearray | memoryview) -> int:
-    """BODYCRC of ``body``: its CRC-32 masked to 31 bits, as RocketMQ writes it."""
-    return crc32(body) & 0x7FFFFFFF
-
-
 def accelerator_warning() -> str | None:
     """What a server logs at start when BODYCRC is computed by zlib (None when ISA-L's
     ``crc32`` is in use): the cost and the fix."""
