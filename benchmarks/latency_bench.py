@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/latency_bench.py [--rate 2000] [--seconds 20]
         [--consumer pull|push] [--flush ASYNC_FLUSH|SYNC_FLUSH] [--concurrency 16]
-        [--queues 8] [--runs 3] [--timeline] [--threads] [--slice-us US]
+        [--queues 8] [--runs 3] [--timeline] [--threads] [--gc] [--slice-us US]
         [--src NAME=TREE ...] [--namesrv HOST:PORT] [--json]
 
 Starts its own ``tidemq dev`` (fresh store, free loopback ports, ``--flush`` as its
@@ -33,9 +33,15 @@ them a process waited 2 ms or more for a core within one 10 ms sample (its main 
 per second, so a periodic stall shows as a column of spikes. With ``--threads`` it lists
 every thread of the three processes (the broker's only when it started the broker): its
 share of a core over the run and its wake-ups (voluntary context switches) and preemptions
-per second. ``--slice-us`` asks the kernel (EEVDF, Linux 6.6+) for a shorter time slice
-for all three processes: how much of the tail is a woken process waiting for the running
-one's slice to end. With
+per second. With ``--gc`` the three processes load ``process_probe/`` (a sitecustomize on
+their PYTHONPATH) and it prints each one's garbage collections over the run (count and
+longest pause per generation, ms per s) and how many windows with a message over 5 ms held
+a collection of 1 ms or more, or a broker event-loop lag of 2 ms or more (the broker's loop
+is probed like the two clients': a 5 ms sleep, so an idle broker wakes up to 200 times a
+second more; the timeline gains "broker lag" and "gc" columns). Every run also says which
+process waited for a core in those windows. ``--slice-us`` asks the kernel (EEVDF, Linux
+6.6+) for a shorter time slice for all three processes: how much of the tail is a woken
+process waiting for the running one's slice to end. With
 ``--src before=/tmp/before --src now=.`` (trees whose ``src/`` holds tidemq, e.g. from
 ``git archive <commit> src``) each run measures every tree in turn, order rotated, a fresh
 ``tidemq dev`` each: an A/B alternated within one run, medians per tree.
@@ -314,6 +320,11 @@ def timeline_text(run: dict) -> str:
     waited = run.get("core_wait_windows_ms") or {}
     no_core = [max((column[index] for column in waited.values()), default=0.0)
                for index in range(len(windows))]
+    # --gc: the broker's loop lag and the longest collection of any process per window.
+    broker_lags = run.get("broker_lag_windows_ms")
+    collected = run.get("gc_windows_ms") or {}
+    gc_worst = [max((column[index] for column in collected.values()), default=0.0)
+                for index in range(len(windows))]
     per_row = 1000 // WINDOW_MS
 
     def cells(row: list[float]) -> str:
@@ -321,7 +332,7 @@ def timeline_text(run: dict) -> str:
                        else "@" for w in row)
 
     lines = ["  second  end to end  worst ms   to store    worst ms   consumer lag  producer lag"
-             "  no core"]
+             "  no core" + ("       broker lag    gc" if collected else "")]
     for start in range(0, len(windows), per_row):
         part = slice(start, start + per_row)
         row, store_row = windows[part], store_windows[part]
@@ -329,7 +340,9 @@ def timeline_text(run: dict) -> str:
                      f"{cells(store_row):<{per_row}}  {max(store_row):7.1f}   "
                      f"{cells(consumer_lags[part]):<{per_row}}    "
                      f"{cells(producer_lags[part]):<{per_row}}    "
-                     f"{cells(no_core[part]):<{per_row}}")
+                     f"{cells(no_core[part]):<{per_row}}"
+                     + (f"    {cells((broker_lags or [0.0] * len(windows))[part]):<{per_row}}"
+                        f"    {cells(gc_worst[part]):<{per_row}}" if collected else ""))
     return "\n".join(lines)
 
 
@@ -433,15 +446,91 @@ def machine_share(windows: list[float], waited: dict[str, list[float]],
     return len(slow), starved
 
 
+PROBE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "process_probe")
+PROBE_RECORD = struct.Struct("<qqq")  # process_probe/sitecustomize.py's: wall ns, ns, kind
+PROBE_LOOP_LAG = 9  # its kind of a late loop wake-up; 0-2 are collections of that generation
+
+
+def read_probe(path: str) -> list[tuple[int, int, int]]:
+    """The (wall ns, duration ns, kind) records a process's probe wrote (none: no file)."""
+    try:
+        with open(path, "rb") as source:
+            data = source.read()
+    except OSError:
+        return []
+    usable = len(data) - len(data) % PROBE_RECORD.size
+    return list(PROBE_RECORD.iter_unpack(data[:usable]))
+
+
+def probe_figures(probe_dir: str, pids: dict[str, int], first_ns: int,
+                  windows: list[float], over_ms: float = 5.0,
+                  pause_ms: float = 1.0) -> dict:
+    """Each process's garbage collections over the run's windows (count and longest pause
+    per generation, ms per s in all, the longest pause per window) and the broker's loop
+    lag per window; and of the windows with a message over ``over_ms``, how many had a
+    collection of ``pause_ms`` or more, or a broker loop lag of 2 ms or more, in that
+    window or the one before."""
+    count = len(windows)
+    end_ns = first_ns + count * WINDOW_MS * 1_000_000
+    span_s = max(1e-9, count * WINDOW_MS / 1000)
+    collections: dict[str, dict] = {}
+    gc_windows: dict[str, list[float]] = {}
+    broker_lag = [0.0] * count
+    for name, pid in pids.items():
+        per_generation = {generation: [0, 0.0] for generation in (0, 1, 2)}
+        column = [0.0] * count
+        total_ms = 0.0
+        path = os.path.join(probe_dir, f"{pid}.bin")
+        for at, duration, kind in read_probe(path):
+            if not first_ns <= at < end_ns:
+                continue
+            index = (at - first_ns) // (WINDOW_MS * 1_000_000)
+            ms = duration / 1e6
+            if kind == PROBE_LOOP_LAG:
+                if name == "broker":
+                    broker_lag[index] = max(broker_lag[index], ms)
+                continue
+            per_generation[kind][0] += 1
+            per_generation[kind][1] = max(per_generation[kind][1], ms)
+            column[index] = max(column[index], ms)
+            total_ms += ms
+        collections[name] = {"count": [per_generation[g][0] for g in (0, 1, 2)],
+                             "longest_ms": [per_generation[g][1] for g in (0, 1, 2)],
+                             "ms_per_s": total_ms / span_s,
+                             "probed": os.path.exists(path)}  # False: the probe never loaded
+        gc_windows[name] = column
+    slow = [index for index, worst in enumerate(windows) if worst > over_ms]
+
+    def held(column: list[float], index: int, at_least: float) -> bool:
+        return max(column[max(0, index - 1):index + 1], default=0.0) >= at_least
+
+    return {"gc": collections, "gc_windows_ms": gc_windows,
+            "broker_lag_windows_ms": broker_lag if "broker" in pids else None,
+            "windows_over_5ms_gc": {name: sum(1 for i in slow if held(column, i, pause_ms))
+                                    for name, column in gc_windows.items()},
+            "windows_over_5ms_broker_lag": (sum(1 for i in slow if held(broker_lag, i, 2.0))
+                                            if "broker" in pids else None)}
+
+
+def probe_environment(probe_dir: str) -> dict[str, str]:
+    """The variables that make a process started with them load process_probe (``--gc``):
+    PYTHONPATH with the probe first (then what it held), the folder its records go to."""
+    path = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": PROBE_DIR + (os.pathsep + path if path else ""),
+            "TIDEMQ_BENCH_PROBE_DIR": probe_dir}
+
+
 def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float = 20,
             consumer_kind: str = "pull", concurrency: int = 16, queues: int = 8,
-            size: int = 1024, pull_batch: int = 32, broker_pid: int | None = None) -> dict:
+            size: int = 1024, pull_batch: int = 32, broker_pid: int | None = None,
+            probe_dir: str | None = None) -> dict:
     """One run against a running cluster: a fresh topic of ``queues`` queues, a consumer
     process waiting at its end, a producer process offering ``rate`` msg/s for ``seconds``.
 
     Returns the consumer's figures (``summarize``), the producer's (``producer_*``), CPU
-    per message of each process (the broker's when ``broker_pid`` is given) and the load
-    average at the end.
+    per message of each process (the broker's when ``broker_pid`` is given), with
+    ``probe_dir`` (``--gc``) each process's garbage collections and the broker's loop lag,
+    and the load average at the end.
     """
     from idle import (
         main_thread_sched_s,
@@ -534,6 +623,14 @@ def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float =
     result["core_wait_windows_ms"] = waited
     result["windows_over_5ms"], result["windows_over_5ms_core_wait"] = machine_share(
         result["window_max_ms"], waited)
+    result["windows_over_5ms_core_wait_by"] = {
+        name: machine_share(result["window_max_ms"], {name: column})[1]
+        for name, column in waited.items()}
+    if probe_dir is not None:
+        pids = {"consumer": consumer.pid, "producer": producer.pid}
+        if broker_pid is not None:
+            pids["broker"] = broker_pid
+        result.update(probe_figures(probe_dir, pids, first, result["window_max_ms"]))
     result.update({f"producer_{k}": v for k, v in sent.items()})
     result.update(run_queue_waits)
     # Per message sent: how often each process's main thread slept and woke, and its read
@@ -580,27 +677,62 @@ def request_slice(slice_us: float) -> None:
                       "(needs Linux 6.6+ with EEVDF)")
 
 
-def run_all(args: argparse.Namespace) -> dict:
-    """Every run of one configuration, against ``args.namesrv`` or a fresh ``tidemq dev``."""
+PROBE_VARIABLES = ("PYTHONPATH", "TIDEMQ_BENCH_PROBE_DIR", "TIDEMQ_BENCH_LOOP_PROBE")
+
+
+def _start_probe(work_dir: str) -> str:
+    """``--gc``: a folder for the probe's records, and the variables that make every
+    process started from now on (broker, consumer, producer) load the probe."""
+    probe_dir = os.path.join(work_dir, "probe")
+    os.makedirs(probe_dir, exist_ok=True)
+    os.environ.update(probe_environment(probe_dir))
+    return probe_dir
+
+
+def _stop_probe(original: dict[str, str | None]) -> None:
+    """The variables ``_start_probe`` (and ``--src``) changed, as they were."""
+    for name, value in original.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def _dev_server(work_dir: str, flush: str, probe_loop: bool):
+    """A fresh ``tidemq dev``; with ``probe_loop`` its probe also times its loop's lag."""
     from broker_bench import DevServer
 
+    if probe_loop:
+        os.environ["TIDEMQ_BENCH_LOOP_PROBE"] = "1"
+    try:
+        return DevServer(work_dir, extra_args=["--flushDiskType", flush])
+    finally:
+        os.environ.pop("TIDEMQ_BENCH_LOOP_PROBE", None)
+
+
+def run_all(args: argparse.Namespace) -> dict:
+    """Every run of one configuration, against ``args.namesrv`` or a fresh ``tidemq dev``."""
     if args.slice_us:
         request_slice(args.slice_us)  # before starting anything: the processes inherit it
     work_dir = tempfile.mkdtemp(prefix="latency-bench-", dir=args.dir)
     server = None
+    original = {name: os.environ.get(name) for name in PROBE_VARIABLES}
     try:
+        probe_dir = _start_probe(work_dir) if args.gc else None
         namesrv = args.namesrv
         if namesrv is None:
-            server = DevServer(work_dir, extra_args=["--flushDiskType", args.flush])
+            server = _dev_server(work_dir, args.flush, probe_dir is not None)
             namesrv = server.namesrv
         runs = [measure(namesrv, work_dir, rate=args.rate, seconds=args.seconds,
                         consumer_kind=args.consumer, concurrency=args.concurrency,
                         queues=args.queues, size=args.size, pull_batch=args.pull_batch,
-                        broker_pid=server.process.pid if server else None)
+                        broker_pid=server.process.pid if server else None,
+                        probe_dir=probe_dir)
                 for _ in range(args.runs)]
     finally:
         if server is not None:
             server.stop()
+        _stop_probe(original)
         shutil.rmtree(work_dir, ignore_errors=True)
     figures = medians_of(runs)
     return {"rate": args.rate, "seconds": args.seconds, "consumer": args.consumer,
@@ -642,15 +774,13 @@ def run_variants(args: argparse.Namespace) -> dict:
     """``--src`` given: each run measures every source tree in turn (a fresh ``tidemq dev``
     each, the order rotated from run to run), the processes importing tidemq from that tree
     (PYTHONPATH), so the trees are compared within one run of the machine's weather."""
-    from broker_bench import DevServer
-
     if args.namesrv is not None:
         raise SystemExit("--src starts a tidemq dev per tree; it cannot be used with --namesrv")
     variants = [parse_src(text) for text in args.src]
     if args.slice_us:
         request_slice(args.slice_us)
     work_dir = tempfile.mkdtemp(prefix="latency-bench-", dir=args.dir)
-    original = os.environ.get("PYTHONPATH")
+    original = {name: os.environ.get(name) for name in PROBE_VARIABLES}
     runs: list[dict] = []
     try:
         for number in range(args.runs):
@@ -659,22 +789,20 @@ def run_variants(args: argparse.Namespace) -> dict:
                 os.environ["PYTHONPATH"] = src  # the server, consumer and producer inherit it
                 server_dir = os.path.join(work_dir, f"{name}-{number}")
                 os.makedirs(server_dir)
-                server = DevServer(server_dir, extra_args=["--flushDiskType", args.flush])
+                probe_dir = _start_probe(server_dir) if args.gc else None
+                server = _dev_server(server_dir, args.flush, probe_dir is not None)
                 try:
                     run = measure(server.namesrv, server_dir, rate=args.rate,
                                   seconds=args.seconds, consumer_kind=args.consumer,
                                   concurrency=args.concurrency, queues=args.queues,
                                   size=args.size, pull_batch=args.pull_batch,
-                                  broker_pid=server.process.pid)
+                                  broker_pid=server.process.pid, probe_dir=probe_dir)
                 finally:
                     server.stop()
                 run["variant"] = name
                 runs.append(run)
     finally:
-        if original is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = original
+        _stop_probe(original)
         shutil.rmtree(work_dir, ignore_errors=True)
     medians = {name: medians_of([r for r in runs if r["variant"] == name])
                for name, _ in variants}
@@ -718,9 +846,21 @@ def print_report(result: dict, timeline: bool, threads: bool = False) -> None:
               f"{run['producer_run_queue_wait_ms_per_s']:.0f}, consumer "
               f"{run['consumer_run_queue_wait_ms_per_s']:.0f}; load {run['load_average']}")
         if "windows_over_5ms" in run:
+            by = run.get("windows_over_5ms_core_wait_by") or {}
             print(f"  windows with a message over 5 ms: {run['windows_over_5ms']}, of them "
                   f"{run['windows_over_5ms_core_wait']} with a process waiting >= 2 ms at once "
-                  "for a core then (the machine's)")
+                  "for a core then (the machine's)"
+                  + (" (" + ", ".join(f"{name} {n}" for name, n in by.items()) + ")"
+                     if by else ""))
+        if run.get("gc"):
+            print("  garbage collections (gen 0/1/2, longest ms each, ms per s): " + "; ".join(
+                f"{name} {'/'.join(str(c) for c in figures['count'])}, "
+                f"{'/'.join(f'{m:.1f}' for m in figures['longest_ms'])}, "
+                f"{figures['ms_per_s']:.1f}" for name, figures in run["gc"].items()))
+            lag = run.get("windows_over_5ms_broker_lag")
+            print("  windows with a message over 5 ms holding a collection >= 1 ms: " + ", ".join(
+                f"{name} {n}" for name, n in run["windows_over_5ms_gc"].items())
+                + (f"; a broker loop lag >= 2 ms: {lag}" if lag is not None else ""))
         if run.get("after_1s_latency_ms_p999") is not None:
             print(f"  first message {run['first_latency_ms']:.1f} ms; after the first second: "
                   f"p99 {run['after_1s_latency_ms_p99']:.2f} "
@@ -757,6 +897,10 @@ def main() -> int:
     parser.add_argument("--timeline", action="store_true")
     parser.add_argument("--threads", action="store_true",
                         help="print each thread's CPU and wake-ups per second over the run")
+    parser.add_argument("--gc", action="store_true",
+                        help="record each process's garbage collections and the broker's "
+                             "loop lag (benchmarks/process_probe) and say which slow windows "
+                             "held one")
     parser.add_argument("--slice-us", type=float, default=0,
                         help="request this EEVDF time slice for the broker (when started here), "
                              "the consumer and the producer (default: the kernel's)")

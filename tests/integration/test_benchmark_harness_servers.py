@@ -48,3 +48,22 @@ def test_latency_bench_receives_what_it_offers(tmp_path):
     assert all(len(column) == len(run["window_max_ms"])
                for column in run["core_wait_windows_ms"].values())
     assert 0 <= run["windows_over_5ms_core_wait"] <= run["windows_over_5ms"]
+
+
+def test_latency_bench_gc_probe_reports_every_process(tmp_path):
+    # --gc: each process's collections and the broker's loop lag, per timeline window.
+    report = last_json(run_harness("latency_bench.py", "--rate", "200", "--seconds", "1",
+                                   "--runs", "1", "--gc", "--dir", str(tmp_path),
+                                   "--json").stdout)
+    run = report["runs"][0]
+    assert run["received"] >= run["producer_sent"] > 0, run
+    assert set(run["gc"]) == {"broker", "consumer", "producer"}
+    for figures in run["gc"].values():
+        assert figures["probed"], run["gc"]  # the probe loaded in each of the three
+        assert len(figures["count"]) == 3 and all(count >= 0 for count in figures["count"])
+    assert all(len(column) == len(run["window_max_ms"])
+               for column in run["gc_windows_ms"].values())
+    assert len(run["broker_lag_windows_ms"]) == len(run["window_max_ms"])
+    assert set(run["windows_over_5ms_gc"]) == {"broker", "consumer", "producer"}
+    assert 0 <= run["windows_over_5ms_broker_lag"] <= run["windows_over_5ms"]
+    assert not any(tmp_path.iterdir())  # the probe's records went with the run's folder
