@@ -80,6 +80,7 @@ from tidemq.protocol.codes import (
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import PullMessageRequestHeader
 from tidemq.protocol.message import POSITION_PHYSICAL_OFFSET, PROPERTY_RETRY_TOPIC
+from tidemq.protocol.pull_request_reader import PullRequestReader
 from tidemq.store.interface import GetResult, GetStatus
 
 if TYPE_CHECKING:
@@ -207,6 +208,9 @@ class PullMessageProcessor:
         self._clients = clients
         self._pull_holds = pull_holds
         self._subscription_cache: dict[tuple[str, str | None, str | None], SubscriptionData] = {}
+        # A consumer repeats all but the queue and offsets of its pulls: their shape is
+        # parsed once (protocol/pull_request_reader.py).
+        self._read_header = PullRequestReader().read
 
     def register(self, server: RemotingServer) -> None:
         """Register the PULL_MESSAGE handler on ``server``: an immediate one (a pull reads
@@ -263,7 +267,7 @@ class PullMessageProcessor:
         """
         if header is None:
             try:
-                header = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
+                header = self._read_header(request.ext_fields)
             except HeaderFieldError as e:
                 return _error(request, ResponseCode.SYSTEM_ERROR, str(e))
         key = None
