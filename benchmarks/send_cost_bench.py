@@ -90,7 +90,10 @@ async def _child(namesrv: str, sends: int, window: int = 0) -> float:
                     "queueOffset": "123456"}).encode()
             return decoder.feed(frame)[0]
 
-        producer._instance.remoting.invoke = canned_invoke  # type: ignore[method-assign]
+        remoting = producer._instance.remoting
+        remoting.invoke = canned_invoke  # type: ignore[method-assign]
+        # The send's own path (a tree that has it) writes through invoke_written.
+        remoting.invoke_written = canned_invoke  # type: ignore[method-assign]
         for _ in range(WARM_UP_SENDS):
             await producer.send(Message(TOPIC, BODY))
         costs = []

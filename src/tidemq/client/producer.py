@@ -583,7 +583,9 @@ class Producer(ClientLifecycle):
                 request = RemotingCommand(int(code), next_opaque(), 0, None, fields, body)
             started = loop.time()
             try:
-                response = await remoting.invoke(address, request, remaining_ms)
+                # Written at the call; awaited as the answer's own future, no coroutine of
+                # the connection's around it (RemotingClient.invoke_written).
+                response = await remoting.invoke_written(address, request, remaining_ms)
             except RemotingError as e:
                 last_error = e
                 failed_broker = broker_name

@@ -13,7 +13,7 @@ import asyncio
 import functools
 import logging
 import ssl
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 from tidemq.limits import FRAME_SIZE_MAX
@@ -163,6 +163,31 @@ class RemotingClient:
             # to make and to resume on every request of every client. And the connection's
             # loop, not asyncio.get_running_loop(): on Python 3.11 every running-loop lookup
             # is a getpid system call.
+            return connection._request(
+                command, connection._loop.time() + timeout_ms / 1000, timeout_ms)
+        return self._connect_and_invoke(addr, command, timeout_ms)
+
+    def invoke_written(
+        self, addr: str, command: RemotingCommand, timeout_ms: int = 3000
+    ) -> Awaitable[RemotingCommand]:
+        """``invoke`` for a client's hot path: when the connection to ``addr`` is open and
+        can take the request without waiting, the request is written (to the cork) before
+        this returns and the awaitable is the answer's future itself, with no coroutine
+        around it to make and to resume; otherwise it is ``invoke``'s coroutine.
+
+        The answer, the errors and ``timeout_ms`` are ``invoke``'s. One difference: a caller
+        that cancels the future leaves the request waiting on the connection until its
+        answer or its timeout (either drops it), as a timed-out ``invoke`` does, instead of
+        forgetting it at once.
+
+        Raises:
+            LocalProtocolError: as ``invoke`` (raised here when the request is written now).
+        """
+        connection = self._connections.get(addr)
+        if connection is not None and not connection.is_closing:
+            answer: asyncio.Future[RemotingCommand] = connection._loop.create_future()
+            if connection.request_nowait(command, timeout_ms, answer):
+                return answer
             return connection._request(
                 command, connection._loop.time() + timeout_ms / 1000, timeout_ms)
         return self._connect_and_invoke(addr, command, timeout_ms)

@@ -511,6 +511,50 @@ def test_request_nowait_hands_the_answer_timeout_or_close_to_its_receiver_once(r
     assert not sent and not refused.outcomes
 
 
+def test_invoke_written_answers_as_invoke_does_with_the_request_written_at_the_call(run):
+    async def main():
+        held = asyncio.Event()
+
+        async def hold_then_echo(request: RemotingCommand, connection: Connection):
+            if request.ext_fields.get("hold"):
+                await held.wait()
+            return await echo(request, connection)
+
+        async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
+            server.register(ECHO, hold_then_echo)
+            # No connection yet: invoke's way (connect, then the round trip).
+            first = RemotingCommand.request(ECHO, {"n": "0"}, body=b"first")
+            connecting = client.invoke_written(address(server), first, 5_000)
+            assert asyncio.iscoroutine(connecting)
+            first_answer = await connecting
+            # An open connection: written before the call returns, the awaitable is the
+            # answer's own future.
+            connection = client.open_connection(address(server))
+            assert connection is not None
+            request = RemotingCommand.request(ECHO, {"n": "1"}, body=b"x")
+            answer = client.invoke_written(address(server), request, 5_000)
+            assert isinstance(answer, asyncio.Future) and not answer.done()
+            assert connection.pending_requests == 1
+            response = await answer
+            with pytest.raises(RemotingTimeout, match="50 ms"):
+                await client.invoke_written(
+                    address(server), RemotingCommand.request(ECHO, {"hold": "1"}), 50)
+            # A cancelled wait: its late answer is dropped, the connection serves on.
+            cancelled = client.invoke_written(
+                address(server), RemotingCommand.request(ECHO, {"hold": "1"}), 20_000)
+            cancelled.cancel()
+            held.set()
+            await wait_until(lambda: connection.pending_requests == 0, what="the late answer")
+            after = await client.invoke_written(
+                address(server), RemotingCommand.request(ECHO, {"n": "2"}))
+            return first, first_answer, request, response, after
+
+    first, first_answer, request, response, after = run(main())
+    assert first_answer.opaque == first.opaque and first_answer.body == b"first"
+    assert response.opaque == request.opaque and response.body == b"x"
+    assert after.code == ResponseCode.SUCCESS
+
+
 @pytest.mark.parametrize(("body_bytes", "writes_expected"), [(70 * 1024, 3), (1024, 1)])
 def test_a_large_request_leaves_at_once_while_small_ones_share_a_write(
     run, monkeypatch, body_bytes, writes_expected
