@@ -6,9 +6,10 @@ topic, queue and offset; its properties, hosts, timestamps and the record's book
 those objects was most of the cost of decoding a record, so a pulled record sets only the
 common ones (``topic``, ``body``, ``queue_id``, ``queue_offset``, ``broker_name``) and keeps
 the bytes of the record's fixed part and of its PROPERTIES; any other field is made from
-them when first read (``PulledMessageExt.__getattr__``; the fixed part is unpacked then,
-once) and then stored like any other, so a second read is a plain attribute read and a
-value a caller assigns is never overwritten. The pass itself unpacks only the seven fixed
+them when first read (the fixed part's fields are properties over its bytes, unpacked on
+the first read of any of them; the hosts and the properties come from
+``PulledMessageExt.__getattr__`` and are then stored like any other field), and a value a
+caller assigns is never overwritten. The pass itself unpacks only the seven fixed
 fields it needs.
 
 The pass does in the same loop what a consumer needs done to each record: the body's CRC is
@@ -107,22 +108,63 @@ _get_body = attrgetter("body")
 _first = itemgetter(0)
 
 
+def _field_codes(struct_format: str) -> list[str]:
+    """A struct format's field codes in order (``">iq4s"`` -> ``["i", "q", "4s"]``)."""
+    codes: list[str] = []
+    count = ""
+    for char in struct_format.lstrip("<>!=@"):
+        if char.isdigit():
+            count += char
+        else:
+            codes.append(count + char)
+            count = ""
+    return codes
+
+
+_PREFIX_CODES = _field_codes(RECORD_PREFIX_IPV4.format)
+assert len(_PREFIX_CODES) == 17 and struct.calcsize(">" + "".join(_PREFIX_CODES)) == (
+    RECORD_PREFIX_SIZE_IPV4)
+
+
+def _fixed_field(name: str, index: int) -> property:
+    """The field ``name`` of a pulled record's fixed part, item ``index`` of its values: a
+    property instead of the base class's slot. Until the fixed part is unpacked (a host
+    read, an assignment) a read unpacks only this field from the kept bytes; after, it is an
+    index into the unpacked values. Either is far less than a failed slot read, its
+    AttributeError and ``__getattr__`` (~1 µs a message for a consumer reading each
+    message's store timestamp, RESULTS.md). An assignment replaces the item; later reads
+    return it."""
+    offset = struct.calcsize(">" + "".join(_PREFIX_CODES[:index]))
+    unpack_field = struct.Struct(">" + _PREFIX_CODES[index]).unpack_from
+
+    def read(self: PulledMessageExt) -> Any:
+        prefix = self._prefix
+        if type(prefix) is bytes:
+            return unpack_field(prefix, offset)[0]
+        return prefix[index]
+
+    def write(self: PulledMessageExt, value: Any) -> None:
+        self._fixed_part()[index] = value
+
+    return property(read, write, doc=f"The record's {name} (read from its bytes).")
+
+
 class PulledMessageExt(MessageExt):
     """A ``MessageExt`` decoded from a pull; its less used fields are made on first read.
 
     It is a ``MessageExt`` in every way a caller can see: the same fields with the same
     values, equal to a ``MessageExt`` with those values, picklable, and every field can be
-    read and assigned; ``properties`` is a dict once read.
+    read and assigned; ``properties`` is a dict once read. The fields of the record's fixed
+    part (``_PREFIX_INDEX``: timestamps, flags, sizes, offsets) are properties over the
+    record's fixed part, unpacked on the first read of any of them; the hosts and the
+    properties are made by ``__getattr__`` on first read and stored in their slots.
     """
 
     __slots__ = ("_prefix", "_properties_raw")
 
     def __getattr__(self, name: str) -> Any:
         # Called only when the slot ``name`` is unset: a field not made yet (or not a field).
-        index = _PREFIX_INDEX.get(name)
-        if index is not None:
-            value = self._fixed_part()[index]
-        elif name == "properties":
+        if name == "properties":
             value = decode_properties(str(self._properties_raw, "utf-8", "replace"))
         elif name in _HOST_INDEX:
             index = _HOST_INDEX[name]
@@ -133,12 +175,13 @@ class PulledMessageExt(MessageExt):
         setattr(self, name, value)
         return value
 
-    def _fixed_part(self) -> tuple[Any, ...]:
-        """The record's fixed part unpacked (RECORD_PREFIX_IPV4's 17 values), unpacked on
-        the first call from the kept bytes."""
+    def _fixed_part(self) -> list[Any]:
+        """The record's fixed part unpacked (RECORD_PREFIX_IPV4's 17 values, as a list the
+        fixed-part fields' setters assign into), unpacked on the first call from the kept
+        bytes."""
         prefix = self._prefix
         if type(prefix) is bytes:
-            prefix = self._prefix = _unpack_prefix(prefix)
+            prefix = self._prefix = list(_unpack_prefix(prefix))
         return prefix
 
     def __eq__(self, other: object) -> bool:
@@ -147,6 +190,11 @@ class PulledMessageExt(MessageExt):
         return _field_values(self) == _field_values(other)
 
     __hash__ = None  # type: ignore[assignment]  # as MessageExt: mutable, unhashable
+
+
+for _name, _index in _PREFIX_INDEX.items():
+    setattr(PulledMessageExt, _name, _fixed_field(_name, _index))
+del _name, _index
 
 
 _FIELD_NAMES = tuple(MessageExt.__dataclass_fields__)

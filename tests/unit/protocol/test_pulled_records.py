@@ -105,6 +105,28 @@ def test_seldom_read_fields_are_made_on_first_read_and_assignments_stick():
         other.no_such_field  # noqa: B018
 
 
+def test_fixed_part_fields_read_before_and_after_assignments_and_a_pickle():
+    # The fixed part's fields are read from the record's bytes until something unpacks it
+    # (an assignment, a host read); every order of reads and writes gives the same values.
+    eager = decode_records(stored(6))[0]
+    message = decode_pulled_records(stored(6))[0]
+    assert message.store_timestamp == eager.store_timestamp  # from the bytes
+    assert message.born_timestamp == 1_700_000_000_000
+    message.store_timestamp = 5  # unpacks the fixed part, then replaces one value
+    assert (message.store_timestamp, message.born_timestamp) == (5, 1_700_000_000_000)
+    assert message.born_host == "10.0.0.7:50000"
+    assert message.store_timestamp == 5
+    again = pickle.loads(pickle.dumps(message))
+    assert again == message and again.store_timestamp == 5
+    assert again.physical_offset == eager.physical_offset
+    assert message != eager  # the assigned store timestamp differs
+    message.store_timestamp = eager.store_timestamp
+    assert message == eager
+    hosts_first = decode_pulled_records(stored(6))[0]
+    assert hosts_first.store_host == eager.store_host  # the fixed part unpacked here
+    assert hosts_first.sysflag == eager.sysflag and hosts_first.flag == eager.flag
+
+
 def test_a_pull_of_several_topics_names_each_record_s_topic():
     def record(topic: bytes, offset: int) -> bytes:
         return bytes(encode_record(topic=topic, body=b"b", properties=b"", queue_id=0,
