@@ -1,0 +1,81 @@
+"""latency_bench's offered schedule (benchmarks/pacing.py): every due time once, none early.
+
+The end-to-end latency figures depend on the producer offering exactly the fixed-rate schedule
+(message i due at start + i / rate, a slow reply not lowering the load), whichever way its
+coroutines wait for their due times. The schedule is checked against that definition here,
+with senders that answer at once and senders whose replies are slow; no wall-clock bound is
+asserted (only that nothing is handed out before it is due, less the documented EARLY_S).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import time
+
+import pytest
+
+from benchmark_runs import BENCHMARKS
+
+sys.path.insert(0, str(BENCHMARKS))
+import pacing  # benchmarks/ is not a package: its folder is put on sys.path above
+
+
+async def _run_senders(rate: float, seconds: float, senders: int,
+                       reply_s: float) -> tuple[float, list[tuple[float, float]]]:
+    """(start, [(due time, perf_counter when it was handed out)]) of one schedule run by
+    ``senders`` coroutines that each 'send' for ``reply_s`` (0: one loop iteration)."""
+    schedule = pacing.Schedule(rate, seconds)
+    taken: list[tuple[float, float]] = []
+
+    async def sender() -> None:
+        while True:
+            slot = schedule.take()
+            if slot is None:
+                if schedule.finished:
+                    return
+                slot = await schedule.wait()
+                if slot is None:
+                    return
+            taken.append((slot, time.perf_counter()))
+            await asyncio.sleep(reply_s)
+
+    workers = [sender() for _ in range(senders)]
+    start = schedule.start()
+    await asyncio.wait_for(asyncio.gather(*workers), timeout=seconds + 60)
+    return start, taken
+
+
+@pytest.mark.parametrize(("senders", "reply_s"), [(4, 0.0), (3, 0.02)],
+                         ids=["quick-replies", "slow-replies"])
+def test_schedule_hands_out_every_due_time_once_in_order_never_early(senders, reply_s):
+    rate, seconds = 2000.0, 0.2
+    start, taken = asyncio.run(_run_senders(rate, seconds, senders, reply_s))
+    due_times = [slot for slot, _ in taken]
+    count = math.ceil(seconds * rate)
+    assert len(due_times) == count  # none lost, none twice (slow replies included)
+    assert due_times == sorted(due_times)
+    assert due_times == [start + i / rate for i in range(count)]
+    assert due_times[-1] < start + seconds
+    assert all(handed >= slot - pacing.EARLY_S for slot, handed in taken)
+
+
+def test_schedule_waiters_are_released_at_its_end():
+    async def scenario() -> list[float | None]:
+        schedule = pacing.Schedule(1000.0, 0.01)
+        schedule.start()
+        while schedule.take() is not None or not schedule.finished:
+            await asyncio.sleep(0.001)
+        # Every due time is out: a sender asking now learns the schedule has ended.
+        return [await schedule.wait(), schedule.take()]
+
+    assert asyncio.run(scenario()) == [None, None]
+
+
+def test_schedule_refuses_a_rate_that_is_not_positive():
+    async def make() -> None:
+        pacing.Schedule(0, 1.0)
+
+    with pytest.raises(ValueError, match="rate is 0 messages a second"):
+        asyncio.run(make())
