@@ -144,7 +144,11 @@ def _fixed_field(name: str, index: int) -> property:
         return prefix[index]
 
     def write(self: PulledMessageExt, value: Any) -> None:
-        self._fixed_part()[index] = value
+        try:
+            prefix = self._fixed_part()
+        except AttributeError:  # made by the constructor (dataclasses.replace): no bytes kept
+            prefix = self._prefix = [0] * len(_PREFIX_CODES)
+        prefix[index] = value
 
     return property(read, write, doc=f"The record's {name} (read from its bytes).")
 

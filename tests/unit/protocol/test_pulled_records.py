@@ -1,5 +1,6 @@
 """Pulled records: a MessageExt in all a caller sees, seldom read fields made on first use."""
 
+import dataclasses
 import pickle
 import zlib
 
@@ -122,6 +123,11 @@ def test_fixed_part_fields_read_before_and_after_assignments_and_a_pickle():
     assert message != eager  # the assigned store timestamp differs
     message.store_timestamp = eager.store_timestamp
     assert message == eager
+    changed = dataclasses.replace(message, queue_id=9, store_timestamp=7)  # the constructor
+    assert type(changed) is PulledMessageExt
+    assert (changed.queue_id, changed.store_timestamp, changed.born_timestamp) == (
+        9, 7, 1_700_000_000_000)
+    assert changed.properties == message.properties and changed.body == message.body
     hosts_first = decode_pulled_records(stored(6))[0]
     assert hosts_first.store_host == eager.store_host  # the fixed part unpacked here
     assert hosts_first.sysflag == eager.sysflag and hosts_first.flag == eager.flag
