@@ -49,15 +49,16 @@ async def _run_senders(rate: float, seconds: float, senders: int,
 
 @pytest.mark.parametrize(("senders", "reply_s"), [(4, 0.0), (3, 0.02)],
                          ids=["quick-replies", "slow-replies"])
-def test_schedule_hands_out_every_due_time_once_in_order_never_early(senders, reply_s):
+def test_schedule_hands_out_every_due_time_once_never_early(senders, reply_s):
     rate, seconds = 2000.0, 0.2
     start, taken = asyncio.run(_run_senders(rate, seconds, senders, reply_s))
     due_times = [slot for slot, _ in taken]
     count = math.ceil(seconds * rate)
-    assert len(due_times) == count  # none lost, none twice (slow replies included)
-    assert due_times == sorted(due_times)
-    assert due_times == [start + i / rate for i in range(count)]
-    assert due_times[-1] < start + seconds
+    # None lost, none twice (slow replies included). They are handed out in order, but a
+    # sender woken by its future may record its due time after one that took the next from
+    # take() in the same loop iteration: the set is compared, not the order seen.
+    assert sorted(due_times) == [start + i / rate for i in range(count)]
+    assert max(due_times) < start + seconds
     assert all(handed >= slot - pacing.EARLY_S for slot, handed in taken)
 
 
