@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from client_timeouts import use_generous_client_timeouts
 from server_processes import (
     TEST_BROKER_SETTINGS,
     RemotingSession,
@@ -45,6 +46,7 @@ settings.load_profile("tidemq")
 
 _config: pytest.Config | None = None
 _forwarded_to: list[int] = []
+_UNIT_TESTS = Path(__file__).parent / "unit"
 
 
 def _interrupt_on_sigterm(signum: int, frame: object) -> None:
@@ -106,6 +108,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     from suite_scheduling import SuiteScheduling
 
     return SuiteScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Clients built by a test outside tests/unit (its fixtures too, a session fixture first
+    set up for it included) default to the test-wide generous timeouts of
+    tests/client_timeouts.py; unit tests get the client's own defaults."""
+    use_generous_client_timeouts(not item.path.is_relative_to(_UNIT_TESTS))
 
 
 @pytest.fixture

@@ -41,12 +41,6 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 REQUEST_TIMEOUT_S = 10.0
 PORT_ATTEMPTS = 5
-# A producer's send_timeout_ms for tests that set up data and are not about send timeouts.
-# The client's default (3 s, RocketMQ's) covers the first send's route lookup and connects
-# too; at a load of 20 on 2 cores (Spark JVMs starting beside other runs) a first send used
-# all of it before a broker could be tried ("used its whole timeout of 3000 ms before a
-# broker could be tried": the bit-flip store's 400 sends, the console's first send).
-TEST_SEND_TIMEOUT_MS = 30_000
 LOG_TAIL_LINES = 40
 READY_MARKER = "Ctrl-C to stop"  # the last part of the line each server prints once serving
 

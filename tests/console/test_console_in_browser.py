@@ -26,7 +26,6 @@ from selenium.common.exceptions import (
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from server_processes import TEST_SEND_TIMEOUT_MS
 from tidemq import sync
 from tidemq.client import Admin, ConsumeResult, Message, MessageExt, Producer, PushConsumer
 from tidemq.console.server import ConsoleServer
@@ -114,8 +113,7 @@ def test_find_a_message_by_key_with_its_body_and_trace(dev_cluster, browser, scr
 
     async def produce() -> str:
         await create_topic(namesrv, "ConsoleOrders")
-        async with Producer("console_producer", namesrv, enable_msg_trace=True,
-                            send_timeout_ms=TEST_SEND_TIMEOUT_MS) as producer:
+        async with Producer("console_producer", namesrv, enable_msg_trace=True) as producer:
             await producer.send(Message("ConsoleOrders", b"other", keys=["order-1"]))
             result = await producer.send(Message(
                 "ConsoleOrders", b'{"order": 42, "items": ["tea", "cake"]}', tags="paid",
@@ -169,8 +167,7 @@ def test_group_lag_falls_as_a_consumer_runs(dev_cluster, browser, screenshot) ->
 
     async def produce() -> None:
         await create_topic(namesrv, "ConsoleLag")
-        async with Producer("console_lag_producer", namesrv,
-                            send_timeout_ms=TEST_SEND_TIMEOUT_MS) as producer:
+        async with Producer("console_lag_producer", namesrv) as producer:
             await producer.send_batch([Message("ConsoleLag", f"m-{i}") for i in range(total)])
 
     asyncio.run(produce())
@@ -217,8 +214,7 @@ def test_redrive_a_dead_letter(dev_cluster, browser, screenshot) -> None:
 
     async def dead_letter() -> str:
         await create_topic(namesrv, "ConsoleDlq")
-        async with Producer("console_dlq_producer", namesrv,
-                            send_timeout_ms=TEST_SEND_TIMEOUT_MS) as producer:
+        async with Producer("console_dlq_producer", namesrv) as producer:
             result = await producer.send(Message("ConsoleDlq", b"poison", keys=["p-1"]))
         consumer = PushConsumer(group, namesrv, consume_from="FIRST", max_reconsume_times=0)
         consumer.subscribe("ConsoleDlq", "*")
@@ -266,8 +262,7 @@ def test_reset_offset_to_a_time(dev_cluster, browser, screenshot) -> None:
 
     async def consume_all() -> None:
         await create_topic(namesrv, "ConsoleReset")
-        async with Producer("console_reset_producer", namesrv,
-                            send_timeout_ms=TEST_SEND_TIMEOUT_MS) as producer:
+        async with Producer("console_reset_producer", namesrv) as producer:
             await producer.send_batch([Message("ConsoleReset", f"r-{i}") for i in range(40)])
         seen: list[str] = []
         consumer = PushConsumer(group, namesrv, consume_from="FIRST",

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from server_processes import TEST_SEND_TIMEOUT_MS, ServerProcess, start_cluster
+from server_processes import ServerProcess, start_cluster
 from tidemq.client import NoRouteError
 from tidemq.sync import Admin, Message, Producer, SendStatus
 
@@ -47,8 +47,7 @@ def written_store_copies(
         broker = cluster.brokers[0]
         wait_for_route(cluster.namesrv_addr, topic, queues, create=True)
         acked = set()
-        with Producer(producer_group, cluster.namesrv_addr,
-                      send_timeout_ms=TEST_SEND_TIMEOUT_MS) as producer:
+        with Producer(producer_group, cluster.namesrv_addr) as producer:
             futures = [producer.send_async(message) for message in messages]
             for message, future in zip(messages, futures, strict=True):
                 assert future.result(timeout=WAIT_S).status is SendStatus.SEND_OK
