@@ -163,18 +163,20 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0,
         time.sleep(interval_s)
 
 
-def metric_value(metrics_url: str, name: str) -> float:
-    """The value of the unlabelled sample ``name`` on a server's Prometheus endpoint
-    (``metricsExporterType=PROM``), e.g. the broker's ``tidemq_broker_pulls_parked``."""
+def metric_value(metrics_url: str, name: str, **labels: str) -> float:
+    """The value of the sample ``name`` with exactly ``labels`` (none by default) on a
+    server's Prometheus endpoint (``metricsExporterType=PROM``), e.g. the broker's
+    ``tidemq_broker_pulls_parked`` or ``tidemq_broker_parked_pulls_answered_total`` with
+    ``cause="message"``."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(metrics_url, timeout=REQUEST_TIMEOUT_S) as response:
         text = response.read().decode()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == name and not sample.labels:
+            if sample.name == name and sample.labels == labels:
                 return sample.value
-    raise AssertionError(f"no unlabelled {name} at {metrics_url}")
+    raise AssertionError(f"no sample {name} with labels {labels} at {metrics_url}")
 
 
 def remoting_call(addr: str, command: RemotingCommand | bytes,

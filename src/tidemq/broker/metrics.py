@@ -73,6 +73,14 @@ class BrokerCollector:
                                    "or its suspend timeout.")
         parked.add_metric((), parts.pull_holds.parked_count)
         yield parked
+        answered = CounterMetricFamily(
+            "tidemq_broker_parked_pulls_answered", "Long-polling pulls answered after being "
+            "parked, by cause: message (a message for the queue arrived), recheck (the "
+            "periodic re-check found one no arrival had announced), timeout (the pull's "
+            "suspend time was up).", labels=("cause",))
+        for cause, count in parts.pull_holds.answered_by_cause.items():
+            answered.add_metric((cause,), count)
+        yield answered
 
     def _identity(self) -> Iterator[Metric]:
         # The role and brokerId now, not as configured: a role switch (failover) changes them.

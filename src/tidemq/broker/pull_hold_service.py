@@ -33,6 +33,10 @@ instead of answering, for ``suspendTimeoutMillis`` (long polling) or ``shortPoll
 A periodic re-check (every 5 s under long polling) re-runs parked pulls whose queue has grown
 without a notification reaching us, the same safety net RocketMQ's hold service has.
 
+The pulls answered after being parked are counted by what answered them (``answered_by_cause``:
+a message, the re-check, the timeout; the broker's metrics export them), added once per pass
+or deadline slot rather than per pull.
+
 The number of parked requests is bounded (``PULL_REQUESTS_PARKED_MAX``): past it the
 processor answers SYSTEM_BUSY rather than holding more.
 
@@ -85,6 +89,11 @@ class PullMode(enum.Enum):
 
 
 _WAKE = PullMode.WAKE  # bound once: a member looked up on its class is a step per re-run
+
+# The causes ``PullRequestHoldService.answered_by_cause`` counts answers by (metric labels).
+ANSWERED_ON_MESSAGE = "message"  # a message for its queue was dispatched (or found on park)
+ANSWERED_ON_RECHECK = "recheck"  # the periodic re-check found its queue grown, unannounced
+ANSWERED_ON_TIMEOUT = "timeout"  # its suspend time was up
 
 
 # (request, connection, mode, parsed, shared) -> the response, or None: parked (FIRST) / keep
@@ -145,11 +154,24 @@ class PullRequestHoldService:
         # slot number -> the parked pulls whose deadline falls in it, and the slot's timer
         self._deadline_slots: dict[int, set[ParkedPull]] = {}
         self._slot_timers: dict[int, asyncio.TimerHandle] = {}
+        self._answered_on_message = 0
+        self._answered_on_recheck = 0
+        self._answered_on_timeout = 0
 
     @property
     def parked_count(self) -> int:
         """Requests parked now."""
         return self._parked_count
+
+    @property
+    def answered_by_cause(self) -> dict[str, int]:
+        """Parked pulls answered so far, by what answered them (``ANSWERED_ON_*``): a message
+        for the queue, the periodic re-check (a message whose arrival was not announced), or
+        the pull's own timeout. Pulls dropped with their connection or answered by ``stop``
+        are not counted."""
+        return {ANSWERED_ON_MESSAGE: self._answered_on_message,
+                ANSWERED_ON_RECHECK: self._answered_on_recheck,
+                ANSWERED_ON_TIMEOUT: self._answered_on_timeout}
 
     async def start(self) -> None:
         """Bind to the running loop and start the periodic re-check."""
@@ -256,12 +278,23 @@ class PullRequestHoldService:
             self._wake_pass()
 
     def recheck(self) -> None:
-        """Re-run every parked pull whose queue has grown past its offset (safety net)."""
+        """Re-run every parked pull whose queue has grown past its offset with no arrival
+        noted for it (safety net); the answers are counted as the re-check's."""
+        answered: dict[Connection, None] = {}
+        shared: dict[Any, Any] = {}
+        woken = 0
         for key, waiters in list(self._parked.items()):
             if not waiters:
                 continue
             first = waiters[0]
-            self._note_arrival(key, self._store.max_offset(first.topic, first.queue_id))
+            max_offset = self._store.max_offset(first.topic, first.queue_id)
+            if key in self._arrivals:  # announced: the pass already due answers them
+                self._note_arrival(key, max_offset)
+                continue
+            woken += self._wake(key, max_offset, answered, shared)
+        self._answered_on_recheck += woken
+        for connection in answered:
+            connection.flush()
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -293,18 +326,24 @@ class PullRequestHoldService:
         arrivals, self._arrivals = self._arrivals, {}
         answered: dict[Connection, None] = {}  # in the order first answered
         shared: dict[Any, Any] = {}  # the pass's, for every re-run (PullExecutor)
+        woken = 0
         for key, max_offset in arrivals.items():
-            self._wake(key, max_offset, answered, shared)
+            woken += self._wake(key, max_offset, answered, shared)
+        self._answered_on_message += woken
         for connection in answered:
             connection.flush()
 
     def _wake(self, key: str, max_offset: int, answered: dict[Connection, None],
-              shared: dict[Any, Any]) -> None:
+              shared: dict[Any, Any]) -> int:
         """Re-run the pulls parked on ``key`` below ``max_offset``; the connections that got
-        an answer are added to ``answered`` (the caller flushes them)."""
+        an answer are added to ``answered`` (the caller flushes them). Returns how many pulls
+        were answered."""
+        woken = 0
         for parked in list(self._parked.get(key, ())):
             if parked.queue_offset < max_offset and self._finish(parked, _WAKE, shared):
                 answered[parked.connection] = None
+                woken += 1
+        return woken
 
     def _finish(self, parked: ParkedPull, mode: PullMode, shared: dict[Any, Any]) -> bool:
         """Re-run ``parked`` (``shared``: its pass's dict, ``PullExecutor``); answer and
@@ -351,8 +390,11 @@ class PullRequestHoldService:
         self._slot_timers.pop(slot, None)
         due = self._deadline_slots.pop(slot, None)
         shared: dict[Any, Any] = {}
+        timed_out = 0
         for parked in due or ():
-            self._finish(parked, PullMode.FINAL, shared)
+            if self._finish(parked, PullMode.FINAL, shared):
+                timed_out += 1
+        self._answered_on_timeout += timed_out
 
     def _track_connection(self, parked: ParkedPull) -> None:
         connection = parked.connection

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tidemq.broker.config import PERM_WRITE
+from tidemq.broker.metrics import BrokerCollector
 from tidemq.broker.pull_processor import (
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
@@ -458,5 +459,98 @@ def test_stopping_long_polling_answers_parked_pulls(make_broker, serve):
                 assert hold.parked_count == 0
             finally:
                 await client.close()
+
+    asyncio.run(main())
+
+
+class UnannouncedStore:
+    """A store whose dispatches announce nothing: only the periodic re-check can see them."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def add_dispatch_listener(self, listener) -> None:
+        """Dropped: no arrival is ever announced to the hold service."""
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def answered_samples(broker) -> dict[str, float]:
+    """The broker's ``tidemq_broker_parked_pulls_answered_total`` samples, by cause."""
+    return {sample.labels["cause"]: sample.value
+            for family in BrokerCollector(broker.parts, lambda: 0).collect()
+            for sample in family.samples
+            if sample.name == "tidemq_broker_parked_pulls_answered_total"}
+
+
+def test_parked_pulls_answered_are_counted_by_message_and_by_timeout(make_broker, serve):
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+
+    async def main():
+        async with serve(broker) as link:
+            clients = [RemotingClient() for _ in range(2)]
+            try:
+                woken = [asyncio.get_running_loop().create_task(client.invoke(
+                    link.address, pull_request(0, suspend_ms=60_000), 30_000))
+                    for client in clients]
+                await wait_until(lambda: hold.parked_count == 2, "two pulls parked")
+                assert hold.answered_by_cause == {"message": 0, "recheck": 0, "timeout": 0}
+                broker.store.put_message(message(body=b"wake"))
+                async with asyncio.timeout(WAIT_BOUND_S):
+                    responses = await asyncio.gather(*woken)
+                assert [r.code for r in responses] == [ResponseCode.SUCCESS] * 2
+                assert hold.answered_by_cause == {"message": 2, "recheck": 0, "timeout": 0}
+
+                timed_out = start_pull(link, pull_request(1, suspend_ms=30))
+                async with asyncio.timeout(WAIT_BOUND_S):
+                    assert (await timed_out).code == ResponseCode.PULL_NOT_FOUND
+                assert hold.answered_by_cause == {"message": 2, "recheck": 0, "timeout": 1}
+                assert answered_samples(broker) == {"message": 2, "recheck": 0, "timeout": 1}
+            finally:
+                for client in clients:
+                    await client.close()
+
+    asyncio.run(main())
+
+
+def test_a_message_only_the_recheck_sees_is_counted_as_the_rechecks(make_broker, serve):
+    broker = broker_with_topic(make_broker, wrap_store=UnannouncedStore)
+    hold = broker.pull_hold_service
+
+    async def main():
+        async with serve(broker) as link:
+            pending = start_pull(link, pull_request(0, suspend_ms=60_000))
+            await wait_until(lambda: hold.parked_count == 1, "the pull parked")
+            assert broker.store.put_message(message(body=b"unannounced")).ok
+            hold.recheck()  # what the 5 s timer does, now instead of in up to 5 s
+            async with asyncio.timeout(WAIT_BOUND_S):
+                response = await pending
+            assert [m.body for m in iter_records(response.body)] == [b"unannounced"]
+            assert hold.answered_by_cause == {"message": 0, "recheck": 1, "timeout": 0}
+            assert answered_samples(broker) == {"message": 0, "recheck": 1, "timeout": 0}
+
+    asyncio.run(main())
+
+
+def test_the_recheck_leaves_an_announced_arrival_to_its_own_pass(make_broker, serve):
+    # Announced but its pass not run yet: the re-check does not take the answer, so it counts
+    # as the message's.
+    broker = broker_with_topic(make_broker)
+    hold = broker.pull_hold_service
+
+    async def main():
+        async with serve(broker) as link:
+            pending = start_pull(link, pull_request(0, suspend_ms=60_000))
+            await wait_until(lambda: hold.parked_count == 1, "the pull parked")
+            # Appended on the loop thread: the dispatch notes the arrival and schedules the
+            # pass with call_soon, which runs only once this coroutine yields.
+            assert broker.store.put_message(message()).ok
+            hold.recheck()
+            assert hold.parked_count == 1
+            async with asyncio.timeout(WAIT_BOUND_S):
+                assert (await pending).code == ResponseCode.SUCCESS
+            assert hold.answered_by_cause == {"message": 1, "recheck": 0, "timeout": 0}
 
     asyncio.run(main())
