@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidemq.broker.delay_offset_manager import DelayOffsetManager
-from tidemq.errors import RemoteProtocolError
+from tidemq.errors import RemoteProtocolError, StoreError
 from tidemq.protocol.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -546,6 +546,11 @@ class ScheduleMessageService:
             await asyncio.sleep(PERSIST_INTERVAL_MS / 1000)
             try:
                 await self.persist()
+            except StoreError as exc:
+                # A full disk or an unwritable config dir: the message names the file and
+                # what to do; a traceback would only say it came from here.
+                log.error("persisting delay offsets failed: %s; trying again in %d ms", exc,
+                          PERSIST_INTERVAL_MS)
             except Exception:
                 log.exception("persisting delay offsets failed; trying again in %d ms",
                               PERSIST_INTERVAL_MS)

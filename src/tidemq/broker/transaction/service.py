@@ -111,7 +111,7 @@ from tidemq.broker.transaction.records import (
     transaction_id_of,
 )
 from tidemq.broker.transaction.settings import TransactionSettings
-from tidemq.errors import RemoteProtocolError
+from tidemq.errors import RemoteProtocolError, StoreError
 from tidemq.protocol.codes import ResponseCode
 from tidemq.protocol.headers import EndTransactionRequestHeader
 from tidemq.protocol.message import (
@@ -348,6 +348,11 @@ class TransactionService:
             await asyncio.sleep(PERSIST_INTERVAL_MS / 1000)
             try:
                 await self.persist()
+            except StoreError as exc:
+                # A full disk or an unwritable config dir: the message names the file and
+                # what to do; a traceback would only say it came from here.
+                log.error("writing the transaction progress failed: %s; retrying in %d ms",
+                          exc, PERSIST_INTERVAL_MS)
             except Exception:
                 log.exception("writing the transaction progress failed; retrying in %d ms",
                               PERSIST_INTERVAL_MS)
