@@ -26,6 +26,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tidemq.errors import StoreError
+
 if TYPE_CHECKING:
     from tidemq.broker.clients import Clients
     from tidemq.broker.config import BrokerConfig
@@ -126,5 +128,9 @@ class ConsumptionServices:
                 outcome = action()
                 if asyncio.iscoroutine(outcome):
                     await outcome
+            except StoreError as exc:
+                # A full disk or an unwritable config dir (persisting offsets): the message
+                # names the file and what to do; a traceback would only say it came from here.
+                log.error("%s failed: %s; trying again in %g s", what, exc, interval_s)
             except Exception:
                 log.exception("%s failed; trying again in %g s", what, interval_s)
