@@ -1,7 +1,7 @@
 """CPU per single send in the store's put, tree against tree, with its Python call count:
 
     .venv/bin/python benchmarks/store_put_cost_bench.py [--group 1] [--puts 600] [--repeats 5]
-        [--runs 3] [--variant NAME=SRC ...] [--dir benchmarks/out] [--json]
+        [--runs 3] [--variant NAME=SRC ...] [--dir benchmarks/out] [--json] [--columns]
 
 A broker hands the store the single sends of one read together (``put_message_group``): one
 at a time at 2,000 msg/s, ~20 of one topic over 8 queues at 20,000 msg/s. This measures that
@@ -13,7 +13,11 @@ and C function calls one group takes (cProfile), the figure that does not move w
 machine's load. Each ``--variant`` (``NAME=SRC``: ``.`` for this checkout, or another tree's
 ``src/``, e.g. ``git archive <commit> src | tar -x -C /tmp/before`` then
 ``before=/tmp/before/src``) runs in its own process, alternated run by run. Printed:
-microseconds per message per run, calls per message, and the medians.
+microseconds per message per run, calls per message, and the medians. ``--columns`` hands
+each group to the store as a broker's plain sends reach it now: in columns
+(``put_send_columns``, with the CLUSTER-suffixed properties text, tags and index keys), or, in
+a tree without that call, as the StoreMessages its broker made (``put_message_group``; their
+making is not timed).
 """
 
 from __future__ import annotations
@@ -39,8 +43,10 @@ WARM_UP_PUTS = 500
 PROFILED_PUTS = 100
 
 
-def _child(store_dir: str, group: int, puts: int, repeats: int) -> dict[str, float]:
+def _child(store_dir: str, group: int, puts: int, repeats: int,
+           columns: bool = False) -> dict[str, float]:
     from tidemq.protocol.msgid import new_unique_key
+    from tidemq.store import interface
     from tidemq.store.config import StoreConfig
     from tidemq.store.file_store import FileMessageStore
     from tidemq.store.interface import StoreMessage
@@ -49,24 +55,42 @@ def _child(store_dir: str, group: int, puts: int, repeats: int) -> dict[str, flo
         born = int(time.time() * 1000)
         return [
             [StoreMessage("StorePutCost", (start + n * group + k) % QUEUES, BODY,
-                          {"UNIQ_KEY": new_unique_key(), "CLUSTER": "DefaultCluster"},
-                          0, 0, born, "127.0.0.1:45678", 0)
-             for k in range(group)]
+                          {"UNIQ_KEY": key, "CLUSTER": "DefaultCluster"},
+                          0, 0, born, "127.0.0.1:45678", 0, 0, None,
+                          f"UNIQ_KEY\x01{key}\x02CLUSTER\x01DefaultCluster")
+             for k in range(group) for key in (new_unique_key(),)]
             for n in range(count)
         ]
 
+    def as_columns(messages: list[StoreMessage]):  # what the broker's plain path hands over
+        return interface.SendColumns(  # type: ignore[attr-defined]
+            messages[0].topic, [m.queue_id for m in messages], [m.body for m in messages],
+            [m.properties_text for m in messages], [m.flag for m in messages],
+            [m.sysflag for m in messages], [m.born_timestamp for m in messages],
+            messages[0].born_host, None,
+            [(m.properties_text.split("\x02")[0].split("\x01")[1],) for m in messages])
+
     store = FileMessageStore(StoreConfig(store_path_root_dir=store_dir,
                                          store_host="127.0.0.1:10911"))
+    put = store.put_message_group
+    work: list = groups(WARM_UP_PUTS + PROFILED_PUTS + puts * repeats, 0)
+    if columns and hasattr(interface, "SendColumns"):
+        put_columns = store.put_send_columns  # type: ignore[attr-defined]
+
+        def put(sends):  # type: ignore[no-redef]
+            if put_columns(sends) is None:
+                raise SystemExit("store_put_cost_bench: the store did not take the columns")
+
+        work = list(map(as_columns, work))
     try:
-        work = groups(WARM_UP_PUTS + PROFILED_PUTS + puts * repeats, 0)
         gc.collect()
         gc.freeze()  # the prepared messages are not the store's garbage to scan
         for messages in work[:WARM_UP_PUTS]:
-            store.put_message_group(messages)
+            put(messages)
         profiler = cProfile.Profile()
         profiler.enable()
         for messages in work[WARM_UP_PUTS:WARM_UP_PUTS + PROFILED_PUTS]:
-            store.put_message_group(messages)
+            put(messages)
         profiler.disable()
         calls = pstats.Stats(profiler).total_calls / (PROFILED_PUTS * group)  # type: ignore[attr-defined]
         costs = []
@@ -74,7 +98,7 @@ def _child(store_dir: str, group: int, puts: int, repeats: int) -> dict[str, flo
         for _ in range(repeats):
             started = time.thread_time()
             for messages in work[start:start + puts]:
-                store.put_message_group(messages)
+                put(messages)
             costs.append((time.thread_time() - started) / (puts * group) * 1e6)
             start += puts
         return {"us_per_message": statistics.median(costs), "calls_per_message": calls}
@@ -92,10 +116,13 @@ def main() -> int:
                         help="NAME=SRC: a source tree to measure ('.' is this checkout)")
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--columns", action="store_true",
+                        help="hand each group over as the broker's plain path does (docstring)")
     parser.add_argument("--child-store", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_store:
-        print(json.dumps(_child(args.child_store, args.group, args.puts, args.repeats)))
+        print(json.dumps(_child(args.child_store, args.group, args.puts, args.repeats,
+                                args.columns)))
         return 0
     variants = src_variants(args.variant)
     os.makedirs(args.dir, exist_ok=True)
@@ -109,7 +136,7 @@ def main() -> int:
                 done = subprocess.run(
                     [sys.executable, os.path.abspath(__file__), "--child-store", store,
                      "--group", str(args.group), "--puts", str(args.puts),
-                     "--repeats", str(args.repeats)],
+                     "--repeats", str(args.repeats), *(["--columns"] if args.columns else [])],
                     env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True,
                     timeout=600)
                 shutil.rmtree(store, ignore_errors=True)

@@ -106,6 +106,16 @@ def test_store_put_cost_bench_times_and_counts_a_group(tmp_path):
     assert report["group"] == 3 and len(report["runs"]["A"]) == 1
 
 
+def test_store_put_cost_bench_hands_a_group_over_as_columns(tmp_path):
+    # --columns: the groups go to put_send_columns, which must take them (the child exits
+    # with an error when the store leaves them to put_message_group).
+    report = last_json(run_harness("store_put_cost_bench.py", "--group", "3", "--puts", "5",
+                                   "--repeats", "1", "--runs", "1", "--dir", str(tmp_path),
+                                   "--json", "--columns").stdout)
+    median = report["median"]["A"]
+    assert median["us_per_message"] > 0 and median["calls_per_message"] > 1
+
+
 def test_queue_file_bench_measures_both_ways(tmp_path):
     out = run_harness("queue_file_bench.py", "--queues", "17", "--rounds", "1",
                       "--dir", str(tmp_path)).stdout

@@ -6,10 +6,12 @@ the same ten header fields, plain messages carrying a UNIQ_KEY and nothing the b
 act on. Served one by one, each paid a typed header (~1.8 us), its checks, a properties
 round trip and a response object with its own JSON encode: a third of the broker's ~22 us
 per send. ``read_plain_sends`` reads such a group's headers as columns, with a few C-level
-checks for the whole group, and ``plain_messages`` shapes the messages as the send
-processor would (CLUSTER added, the client's properties text kept so the store does not
-render it again); the send processor checks the topic once and answers the group with
-``protocol.send_answers`` (send_processor.py, ``serve_group_now``).
+checks for the whole group, and ``send_columns`` shapes them as the send processor would
+(CLUSTER added to the client's properties text, the tags and index keys read from it) into
+the store's columns (``SendColumns``: no message object per send), ``plain_messages`` into
+StoreMessages for a lone send or a store that does not take columns; the send processor
+checks the topic once and answers the group with ``protocol.send_answers``
+(send_processor.py, ``serve_group_now``).
 
 Plain means, for every request of the group:
 
@@ -29,7 +31,8 @@ general one; tests/unit/broker/test_plain_sends.py serves the same reads both wa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter, itemgetter
+from itertools import repeat
+from operator import add, attrgetter, itemgetter, or_
 from typing import NamedTuple
 
 from tidemq.broker.schedule_service import PROPERTY_DELAY_QUEUE_OFFSET
@@ -40,6 +43,7 @@ from tidemq.protocol.message import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
@@ -47,7 +51,8 @@ from tidemq.protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
     decode_properties,
 )
-from tidemq.store.interface import StoreMessage
+from tidemq.store.interface import SendColumns, StoreMessage
+from tidemq.store.record_encoder import index_keys
 
 # The extFields of tidemq's producer's single send (SendMessageRequestHeader's short names):
 # producerGroup, topic, defaultTopic, defaultTopicQueueNums, queueId, sysFlag,
@@ -60,6 +65,8 @@ _SERIALIZE_TYPE = attrgetter("serialize_type")
 _EXT_FIELDS = attrgetter("ext_fields")
 _BODY = attrgetter("body")
 _OPAQUE = attrgetter("opaque")
+_NAME = itemgetter(0)
+_VALUE = itemgetter(2)
 _SEND_V2 = frozenset({int(RequestCode.SEND_MESSAGE_V2)})
 _JSON = SerializeType.JSON
 
@@ -179,3 +186,46 @@ def plain_messages(sends: PlainSends, cluster: str, multi_tags: bool,
         add(StoreMessage(topic, queue_id, body, properties, flag, sys_flag, born_timestamp,
                          born_host, 0, 0, None, text + suffix))
     return messages
+
+
+def send_columns(sends: PlainSends, cluster: str, multi_tags: bool,
+                 born_host: str) -> SendColumns | None:
+    """The messages of ``sends`` in the store's columns (``SendColumns``), shaped as
+    ``plain_messages`` shapes them (the same stored text, flags, tags and index keys); None
+    when a message is not plain after all. A group whose texts are each a UNIQ_KEY alone
+    (tidemq's producer's commonest) is read in a few C calls; any other text is read back
+    message by message, as ``plain_messages`` does."""
+    texts = sends.properties
+    count = len(texts)
+    parts = list(map(str.partition, texts, repeat(NAME_VALUE_SEPARATOR)))
+    values = list(map(_VALUE, parts))
+    tags: list[str | None] | None = None
+    keys: list[Sequence[str]]
+    if (
+        list(map(_NAME, parts)).count(_UNIQ_KEY) == count
+        and "" not in values
+        and PROPERTY_SEPARATOR not in "".join(values)
+    ):
+        keys = list(zip(values))  # what index_keys gives for a UNIQ_KEY alone
+    else:
+        keys = []
+        tags = []
+        for text in texts:
+            properties = decode_properties(text)
+            if (
+                len(properties) != text.count(PROPERTY_SEPARATOR) + 1
+                or not properties.get(_UNIQ_KEY)
+                or not _NOT_PLAIN_KEYS.isdisjoint(properties)
+            ):
+                return None
+            tags.append(properties.get(PROPERTY_TAGS))
+            keys.append(index_keys(properties))
+        if tags.count(None) == count:
+            tags = None
+    suffix = PROPERTY_SEPARATOR + PROPERTY_CLUSTER + NAME_VALUE_SEPARATOR + cluster
+    sys_flags = sends.sys_flags
+    return SendColumns(
+        sends.topic, sends.queue_ids, sends.bodies, list(map(add, texts, repeat(suffix))),
+        sends.flags,
+        list(map(or_, sys_flags, repeat(SYSFLAG_MULTI_TAGS))) if multi_tags else sys_flags,
+        sends.born_timestamps, born_host, tags, keys)

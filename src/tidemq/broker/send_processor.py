@@ -54,9 +54,11 @@ each is checked and shaped as above, then the single messages go to the store to
 (``put_message_group``: one append for all of them, each queue in arrival order) and each
 gets the response ``handle`` would have given. A batch request among them is stored in its
 place in the order. A group of plain single sends (tidemq's producer's, all alike: see
-plain_sends.py) is read by columns instead, checked once, stored the same way and, when none
-waits for the disk or a slave, answered with its responses encoded together
-(``serve_group_now``, ``protocol.send_answers``); the general path serves every other group.
+plain_sends.py) is read by columns instead, checked once, handed to the store in columns
+(``put_send_columns``: the same records, no message or result object per send) and, when
+none waits for the disk or a slave, answered with its responses encoded together from the
+store's columns (``serve_group_now``, ``protocol.send_answers``); the general path serves
+every other group.
 """
 
 from __future__ import annotations
@@ -73,7 +75,12 @@ from tidemq.broker.batch_appender import SYNC_CHUNK_MESSAGES, BatchAppender
 from tidemq.broker.config import PERM_READ, PERM_WRITE
 from tidemq.broker.exactly_once.records import EOS_COMMIT_DROPPED
 from tidemq.broker.ha.flush_waits import settle_ready
-from tidemq.broker.plain_sends import PlainSends, plain_messages, read_plain_sends
+from tidemq.broker.plain_sends import (
+    PlainSends,
+    plain_messages,
+    read_plain_sends,
+    send_columns,
+)
 from tidemq.broker.schedule_service import PROPERTY_DELAY_QUEUE_OFFSET, redirect_delayed
 from tidemq.broker.send_back_processor import (
     DLQ_QUEUE_NUMS,
@@ -123,6 +130,7 @@ from tidemq.store.interface import (
     MessageBatch,
     PutResult,
     PutStatus,
+    SendColumnsPut,
     StoreMessage,
     joined_msg_ids,
 )
@@ -420,8 +428,18 @@ class SendMessageProcessor:
             or max(map(len, sends.properties)) * 3 > PROPERTIES_SIZE_MAX
         ):
             return None
-        messages = plain_messages(sends, config.broker_cluster_name,
-                                  topic_config.topic_filter_type == MULTI_TAG,
+        multi_tags = topic_config.topic_filter_type == MULTI_TAG
+        if len(requests) > 1:
+            columns = send_columns(sends, config.broker_cluster_name, multi_tags,
+                                   connection.remote_address)
+            if columns is None:
+                return None
+            self._store.prepare_queue_files(topic, topic_config.write_queue_nums)
+            put, started = self._put_after_batches(self._store.put_send_columns, columns)
+            if put is not None:
+                return self._answer_columns(sends, requests, put, started, connection)
+            # The store did not take the columns (nothing was written): as messages.
+        messages = plain_messages(sends, config.broker_cluster_name, multi_tags,
                                   connection.remote_address)
         if messages is None:
             return None
@@ -448,9 +466,45 @@ class SendMessageProcessor:
         else:
             for result in results:
                 stats.record_put_result(result, 1, int(elapsed_s * 1000), topic)
+        return self._stored_answers(requests, results, sends.queue_ids, connection)
+
+    def _answer_columns(
+        self, sends: PlainSends, requests: list[RemotingCommand], put: SendColumnsPut,
+        started: float, connection: Connection,
+    ) -> EncodedAnswers | list[RemotingCommand | LaterResponse | None]:
+        """Count and answer a group of plain single sends the store took as columns: with
+        their frames encoded together from the columns when none waits for the disk or a
+        slave, else each as the general path answers it."""
+        elapsed_s = time.monotonic() - started
+        stats = self._stats
+        stats.record_put_latency(elapsed_s)
+        topic = sends.topic
+        if put.status is _PUT_OK:
+            stats.record_put(put.count, sum(put.sizes), int(elapsed_s * 1000), topic)
+            # The first stored (the lowest offset) tells for all, as above.
+            if put.durable is None and self._role.stored_status_now(
+                    put.first_result()) is _PUT_OK:
+                config = self._config
+                frames = encode_send_answers(
+                    sends.opaques, put.msg_ids, sends.queue_ids, put.queue_offsets,
+                    region=config.region_id, trace_on=config.trace_on,
+                    version=TIDEMQ_VERSION)
+                if frames is not None:
+                    return EncodedAnswers(frames, _SUCCESS)
+        results = put.put_results()
+        if put.status is not _PUT_OK:
+            for result in results:
+                stats.record_put_result(result, 1, int(elapsed_s * 1000), topic)
+        return self._stored_answers(requests, results, sends.queue_ids, connection)
+
+    def _stored_answers(
+        self, requests: list[RemotingCommand], results: list[PutResult], queue_ids: list[int],
+        connection: Connection,
+    ) -> EncodedAnswers | list[RemotingCommand | LaterResponse | None]:
+        # Each stored (or refused) plain send answered as the general path answers it.
         outcomes: list[_Stored | _QueuedBatch | RemotingCommand | LaterResponse | None] = [
             _Stored(result, True, queue_id)
-            for result, queue_id in zip(results, sends.queue_ids, strict=True)
+            for result, queue_id in zip(results, queue_ids, strict=True)
         ]
         return self._group_answers(requests, outcomes, connection)  # type: ignore[return-value]
 

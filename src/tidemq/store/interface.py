@@ -222,6 +222,77 @@ class PutResult:
 
 
 @dataclass(slots=True)
+class SendColumns:
+    """Single sends of one topic, to any of its queues, in columns: a broker's read of plain
+    sends (broker/plain_sends.py). Message ``i`` is what ``put_message_group`` would take as
+    ``StoreMessage(topic, queue_ids[i], bodies[i], <properties[i] read back>, flags[i],
+    sysflags[i], born_timestamps[i], born_host, properties_text=properties[i])``: one born
+    host for all, reconsume times 0, no prepared-transaction offset.
+
+    ``properties[i]`` is the record's PROPERTIES text as stored (each ``name\x01value``
+    once, no empty name). ``tags`` and ``keys`` must say what it says, as ``MessageBatch``'s
+    do: each message's TAGS (``tags`` is None when no message has TAGS) and its index keys,
+    UNIQ_KEY then each KEYS token; the store takes the tag codes and index keys from them,
+    while recovery and every reader see the stored text.
+    """
+
+    topic: str
+    queue_ids: list[int]
+    bodies: list[bytes]
+    properties: Sequence[str]
+    flags: list[int]
+    sysflags: list[int]
+    born_timestamps: list[int]
+    born_host: str
+    tags: list[str | None] | None
+    keys: Sequence[Sequence[str]]
+
+
+@dataclass(slots=True)
+class SendColumnsPut:
+    """What ``put_send_columns`` did, in columns: message ``i`` stored at
+    ``physical_offsets[i]`` (``sizes[i]`` bytes), queue offset ``queue_offsets[i]`` of its
+    queue, answered with ``msg_ids[i]``. Under SYNC_FLUSH ``durable`` is the group's one
+    future (as each message's result of ``put_message_group`` carries it). A status other
+    than PUT_OK (with its remark) means nothing of the group was stored: the columns are
+    then empty and ``count`` says how many messages were refused.
+    """
+
+    status: PutStatus
+    remark: str
+    count: int
+    physical_offsets: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    queue_offsets: list[int] = field(default_factory=list)
+    msg_ids: list[str] = field(default_factory=list)
+    store_timestamp: int = 0
+    durable: Future[PutStatus] | None = None
+
+    def first_result(self) -> PutResult:
+        """The first message's ``PutResult``, as ``put_message_group`` gives it."""
+        if self.status is not PutStatus.PUT_OK:
+            return PutResult(self.status, self.remark)
+        return PutResult(PutStatus.PUT_OK, "", self.physical_offsets[0], self.sizes[0],
+                         self.queue_offsets[0], [self.msg_ids[0]], self.store_timestamp, 1,
+                         self.durable)
+
+    def put_results(self) -> list[PutResult]:
+        """Every message's ``PutResult``, equal to what ``put_message_group`` returns for
+        the same messages (for the answers that take one result per send)."""
+        if self.status is not PutStatus.PUT_OK:
+            return [PutResult(self.status, self.remark) for _ in range(self.count)]
+        timestamp = self.store_timestamp
+        durable = self.durable
+        return [
+            PutResult(PutStatus.PUT_OK, "", physical_offset, size, queue_offset, [msg_id],
+                      timestamp, 1, durable)
+            for physical_offset, size, queue_offset, msg_id in zip(
+                self.physical_offsets, self.sizes, self.queue_offsets, self.msg_ids,
+                strict=True)
+        ]
+
+
+@dataclass(slots=True)
 class GetResult:
     """What ``get_messages`` found: the stored records, as they are, concatenated in ``body``.
 
@@ -283,6 +354,15 @@ class MessageStore(abc.ABC):
         This default puts them one by one.
         """
         return [self.put_message(message) for message in messages]
+
+    def put_send_columns(self, sends: SendColumns) -> SendColumnsPut | None:
+        """Append single sends given in columns (see ``SendColumns``) as
+        ``put_message_group`` appends the same messages: the same records, consume-queue
+        and index entries, in one pass, with the results in columns
+        (``SendColumnsPut.put_results`` gives ``put_message_group``'s). None, with nothing
+        written, when the store does not take them so; the caller then puts them with
+        ``put_message_group``. This default always returns None."""
+        return None
 
     def put_batch(self, batch: MessageBatch, *, msg_ids: bool = True) -> PutResult:
         """Append a batch given in columns (see ``MessageBatch``), as ``put_messages`` would

@@ -67,7 +67,7 @@ from tidemq.protocol.message import (
     tags_code,
 )
 from tidemq.store.config import SCHEDULE_TOPIC
-from tidemq.store.interface import MessageBatch, PutStatus, StoreMessage
+from tidemq.store.interface import MessageBatch, PutStatus, SendColumns, StoreMessage
 
 _pack_prefix = RECORD_PREFIX_IPV4.pack  # the 88-byte fixed part, both hosts IPv4
 # The same 88 bytes in three parts, for a batch whose records share every field from
@@ -82,6 +82,16 @@ _PREFIX_SPLIT_IPV4 = struct.Struct(f">iiiii{_PREFIX_SHARED_IPV4.size}si")
 _pack_prefix_split = _PREFIX_SPLIT_IPV4.pack
 assert _PREFIX_SPLIT_IPV4.size == RECORD_PREFIX_IPV4.size
 _pack_int16 = struct.Struct(">h").pack
+# A group of single sends (``encode_send_columns``): the fields from BORNHOST to
+# PREPAREDTRANSACTIONOFFSET are the group's (one born host, reconsume times and prepared offset
+# 0), packed once; each record's prefix packs TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG,
+# zeros for QUEUEOFFSET and PHYSICALOFFSET (the commit log patches them), SYSFLAG,
+# BORNTIMESTAMP, the shared block and BODYLENGTH.
+_SENDS_SHARED_IPV4 = struct.Struct(">4siq4siiq")
+_pack_sends_shared = _SENDS_SHARED_IPV4.pack
+_SENDS_PREFIX_IPV4 = struct.Struct(f">iiiii16xiq{_SENDS_SHARED_IPV4.size}si")
+_pack_sends_prefix = _SENDS_PREFIX_IPV4.pack
+assert _SENDS_PREFIX_IPV4.size == RECORD_PREFIX_IPV4.size
 _pack_offsets = struct.Struct(">qq").pack_into  # QUEUEOFFSET @20, PHYSICALOFFSET @28
 _pack_int64 = struct.Struct(">q").pack_into
 _STORE_TIMESTAMP_POSITION_IPV4 = store_timestamp_position(0)  # 56
@@ -506,6 +516,145 @@ def encode_message_batch(
         tag_codes=tag_codes,
         keys=batch.keys if with_keys else None,
         delay_levels=None,
+    )
+
+
+def encode_send_columns(
+    sends: SendColumns,
+    store_host: tuple[bytes, int],
+    store_timestamp: int,
+    max_message_size: int,
+    segment_size: int,
+    with_keys: bool,
+) -> EncodedBatch | None:
+    """A group of single sends given in columns (``SendColumns``) as one queue group: the
+    same bytes, tag codes and keys as ``encode_messages(<the same StoreMessages>,
+    mixed_queues=True)``, with no Python step per message (one ``pack_into`` per record when
+    the records are all of one size, a producer's like sends; else one prefix pack each and
+    one join).
+
+    Args:
+        store_host: the store's packed IPv4 address and port (``pack_host``).
+        store_timestamp, max_message_size, segment_size, with_keys: as ``encode_messages``.
+
+    Returns:
+        The encoded queue group, or None when the sends need ``encode_messages`` (which
+        then stores or refuses each and names why): a bad topic or queue id, an IPv6 or bad
+        born host, SCHEDULE_TOPIC_XXXX, mixed transaction types or a half or rollback
+        record, a field or size over a limit, a properties text that is no UTF-8.
+    """
+    topic = sends.topic
+    queue_ids = sends.queue_ids
+    sysflags = sends.sysflags
+    count = len(queue_ids)
+    transaction_type = sysflags[0] & SYSFLAG_TRANSACTION_MASK if count else -1
+    if (
+        not count
+        or _topic_field_of(topic) is None
+        or topic == SCHEDULE_TOPIC
+        or min(queue_ids) < 0
+        or max(queue_ids) > _QUEUE_ID_MAX
+        or transaction_type not in QUEUED_TRANSACTION_TYPES
+        or list(map(and_, sysflags, repeat(SYSFLAG_TRANSACTION_MASK))).count(transaction_type)
+        != count
+    ):
+        return None
+    try:
+        born_address, born_port, born_v6 = _packed_host(sends.born_host)
+        properties = list(map(str.encode, sends.properties))
+    except Exception:  # a bad born host or a text with a lone surrogate: the general way
+        return None
+    if born_v6:
+        return None
+    bodies = sends.bodies
+    properties_lengths = list(map(len, properties))
+    body_lengths = list(map(len, bodies))
+    sized = _ipv4_record_sizes(topic, body_lengths, properties_lengths, max_message_size,
+                               segment_size)
+    if sized is None:
+        return None
+    topic_field, sizes = sized
+    try:
+        shared = _pack_sends_shared(born_address, born_port, store_timestamp, store_host[0],
+                                    store_host[1], 0, 0)
+        sysflags_stored = list(map(and_, sysflags, repeat(_NO_V6_FLAGS)))
+        buffer = _pack_like_sends(sizes, queue_ids, sends.flags, sysflags_stored,
+                                  sends.born_timestamps, shared, bodies, topic_field,
+                                  properties, body_lengths, properties_lengths)
+        if buffer is None:
+            prefixes = list(map(
+                _pack_sends_prefix, sizes, repeat(MAGIC_V1), body_crcs(bodies), queue_ids,
+                sends.flags, sysflags_stored, sends.born_timestamps, repeat(shared),
+                body_lengths,
+            ))
+            buffer = _join_records(prefixes, bodies, topic_field, properties,
+                                   properties_lengths)
+    except (struct.error, OverflowError, TypeError):
+        return None
+    tags = sends.tags
+    return EncodedBatch(
+        topic=topic,
+        queue_id=queue_ids[0],
+        transaction_type=transaction_type,
+        buffer=buffer,
+        sizes=sizes,
+        store_timestamp=store_timestamp,
+        store_timestamp_positions=None,
+        tag_codes=[0] * count if tags is None else list(map(_cached_tags_code, tags)),
+        keys=sends.keys if with_keys else None,
+        delay_levels=None,
+        queue_ids=queue_ids,
+    )
+
+
+def _pack_like_sends(
+    sizes: list[int],
+    queue_ids: list[int],
+    flags: Sequence[int],
+    sysflags: list[int],
+    born_timestamps: Sequence[int],
+    shared: bytes,
+    bodies: Sequence[bytes],
+    topic_field: bytes,
+    properties: Sequence[bytes],
+    body_lengths: list[int],
+    properties_lengths: list[int],
+) -> bytearray | None:
+    """``_pack_like_records`` for a group of single sends (each its own queue id, flag,
+    sysflag and born time): records of one size packed straight into one buffer, one
+    ``pack_into`` per record, the BODYCRCs' high bit cleared at once afterwards; None when
+    the records are not all of one size."""
+    count = len(sizes)
+    body_length = body_lengths[0]
+    properties_length = properties_lengths[0]
+    if (
+        body_lengths.count(body_length) != count
+        or properties_lengths.count(properties_length) != count
+    ):
+        return None
+    size = sizes[0]
+    buffer = bytearray(size * count)
+    deque(map(
+        _like_send(body_length, len(topic_field), properties_length).pack_into,
+        repeat(buffer), range(0, size * count, size), repeat(size), repeat(MAGIC_V1),
+        map(crc32, bodies), queue_ids, flags, sysflags, born_timestamps, repeat(shared),
+        repeat(body_length), bodies, repeat(topic_field + _pack_int16(properties_length)),
+        properties,
+    ), maxlen=0)
+    high_bytes = slice(POSITION_BODY_CRC, None, size)  # each BODYCRC's high byte
+    buffer[high_bytes] = buffer[high_bytes].translate(_CLEAR_HIGH_BIT)
+    return buffer
+
+
+@functools.lru_cache(maxsize=64)
+def _like_send(body_length: int, topic_field_length: int, properties_length: int
+               ) -> struct.Struct:
+    # A whole IPv4 record of a group of single sends (``_SENDS_PREFIX_IPV4``, BODY,
+    # TOPICLENGTH TOPIC PROPERTIESLENGTH as one run, PROPERTIES); BODYCRC unsigned, as zlib
+    # gives it, its high bit cleared afterwards.
+    return struct.Struct(
+        f">iiIii16xiq{_SENDS_SHARED_IPV4.size}si{body_length}s{topic_field_length + 2}s"
+        f"{properties_length}s"
     )
 
 

@@ -26,6 +26,10 @@ a delayed message, or a group the encoder refuses, goes through ``put_message`` 
 after the messages before it are appended, so the order of each queue is the order of the
 list.
 
+``put_send_columns`` (a broker's read of plain single sends, given in columns) appends them
+as such a queue group, encoded from the columns (``encode_send_columns``: no StoreMessage,
+one pack per record) and answered in columns (no PutResult per message); the same bytes.
+
 Threads and the state they own:
 - the append lock (one appender at a time, any thread): commit-log writes and rolls,
   consume-queue writes and creation, index puts, truncation, topic deletion, and the
@@ -43,9 +47,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Collection, Sequence
+from concurrent.futures import Future
 from itertools import chain, repeat
 from operator import and_, attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from tidemq.errors import StoreError, StoreFull
 from tidemq.protocol.message import BLANK_MAGIC, SYSFLAG_TRANSACTION_MASK
@@ -74,6 +79,8 @@ from tidemq.store.interface import (
     PutResult,
     PutStatus,
     QueryResult,
+    SendColumns,
+    SendColumnsPut,
     StoreMessage,
 )
 from tidemq.store.key_columns import concatenated_keys, key_count
@@ -84,6 +91,7 @@ from tidemq.store.record_encoder import (
     delivery_tag_code,
     encode_message_batch,
     encode_messages,
+    encode_send_columns,
     encode_single,
     ipv4_host_packed,
 )
@@ -118,6 +126,16 @@ def _joined_offset_msg_ids(prefix: str, physical_offsets: list[int]) -> JoinedMs
     packed = struct.pack(f">{len(physical_offsets)}q", *physical_offsets)
     hexed = packed.hex(",", 8).upper()
     return JoinedMsgIds(prefix + hexed.replace(",", "," + prefix))
+
+
+class _GroupAppended(NamedTuple):
+    """A queue group appended: each record's physical and queue offset, the store time,
+    and the SYNC_FLUSH future (None under ASYNC_FLUSH)."""
+
+    physical_offsets: list[int]
+    queue_offsets: list[int]
+    store_timestamp: int
+    durable: Future[PutStatus] | None
 
 
 class StoreCore(MessageStore):
@@ -235,11 +253,55 @@ class StoreCore(MessageStore):
         except EncodeRejected:
             # Some message is bad: one by one, so that only it is refused (and named).
             return [self._put((message,)) for message in messages]
+        appended = self._append_queue_group(batch)
+        if isinstance(appended, PutResult):
+            return [appended] * len(messages)
+        physical_offsets, queue_offsets, store_timestamp, durable = appended
+        msg_ids = _offset_msg_ids(self._msg_id_prefix, physical_offsets)
+        return [
+            PutResult(PutStatus.PUT_OK, "", physical_offset, size, queue_offset, [msg_id],
+                      store_timestamp, 1, durable)
+            for physical_offset, size, queue_offset, msg_id in zip(
+                physical_offsets, batch.sizes, queue_offsets, msg_ids, strict=True
+            )
+        ]
+
+    def put_send_columns(self, sends: SendColumns) -> SendColumnsPut | None:
+        """Append single sends given in columns (see ``MessageStore.put_send_columns``):
+        encoded as one queue group (``encode_send_columns``) and appended as
+        ``_put_queue_group`` appends one. None for one message (the lone send's path is
+        cheaper), an IPv6 store host, a store that takes no write now (the general path
+        says why), or sends the column encoder leaves to ``encode_messages``."""
+        store_host = self._store_host_packed
+        if (
+            store_host is None
+            or len(sends.queue_ids) < 2
+            or self._write_refusal() is not None
+        ):
+            return None
+        batch = encode_send_columns(
+            sends, store_host, int(time.time() * 1000), self.config.max_message_size,
+            self.commit_log.file_size, self.index is not None)
+        if batch is None:
+            return None
+        count = len(batch.sizes)
+        appended = self._append_queue_group(batch)
+        if isinstance(appended, PutResult):
+            return SendColumnsPut(appended.status, appended.remark, count)
+        physical_offsets, queue_offsets, store_timestamp, durable = appended
+        return SendColumnsPut(
+            PutStatus.PUT_OK, "", count, physical_offsets, batch.sizes, queue_offsets,
+            _offset_msg_ids(self._msg_id_prefix, physical_offsets), store_timestamp, durable)
+
+    def _append_queue_group(self, batch: EncodedBatch) -> _GroupAppended | PutResult:
+        """Append a queue group encoded outside the lock (theory, step 2 and 3): each
+        record with the next queue offset of its own queue, one commit-log write, one
+        dispatch. What was appended, or the one failure that stands for every message."""
         topic = batch.topic
         queue_ids: list[int] = batch.queue_ids  # type: ignore[assignment]
         with self._append_lock:
             if self._closed or self._not_writable_reason is not None:
-                return [self._unavailable() for _ in messages]
+                return self._unavailable()
             # Each record's queue offset: the next of its queue (first offsets from the
             # queues, one lookup per queue).
             queues: dict[int, ConsumeQueue] = {}
@@ -264,21 +326,14 @@ class StoreCore(MessageStore):
                     batch, 0, 1, store_timestamp, queue_offsets
                 )
             except StoreError as e:
-                return [self._append_failed(batch, log_end, e)] * len(messages)
+                return self._append_failed(batch, log_end, e)
             self._dispatch(batch, queue_offsets[0], physical_offsets, store_timestamp,
                            queue_offsets)
             end_offset = self.commit_log.max_offset()
         for queue_id, max_offset in next_offsets.items():
             self._notify(topic, queue_id, max_offset)
         durable = self._group_commit.request(end_offset) if self._group_commit else None
-        msg_ids = _offset_msg_ids(self._msg_id_prefix, physical_offsets)
-        return [
-            PutResult(PutStatus.PUT_OK, "", physical_offset, size, queue_offset, [msg_id],
-                      store_timestamp, 1, durable)
-            for physical_offset, size, queue_offset, msg_id in zip(
-                physical_offsets, batch.sizes, queue_offsets, msg_ids, strict=True
-            )
-        ]
+        return _GroupAppended(physical_offsets, queue_offsets, store_timestamp, durable)
 
     def _encoding(self) -> dict[str, Any]:
         """The encoders' settings: this store's host and limits, and the time now."""

@@ -9,11 +9,17 @@ import pytest
 from test_send_group import FakePeer, resolved
 from test_send_processor import stored, with_topic
 
-from tidemq.broker.plain_sends import plain_messages, read_plain_sends
+from tidemq.broker.plain_sends import plain_messages, read_plain_sends, send_columns
 from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
-from tidemq.protocol.message import SYSFLAG_MULTI_TAGS, decode_properties, encode_properties
+from tidemq.protocol.message import (
+    SYSFLAG_MULTI_TAGS,
+    decode_properties,
+    decode_records,
+    encode_properties,
+)
 from tidemq.remoting.dispatch import EncodedAnswers
+from tidemq.store.record_encoder import index_keys, tag_code_of
 
 PEER = "127.0.0.1:45678"
 TOPIC = "Orders"
@@ -78,6 +84,33 @@ def records_of(broker, topic=TOPIC):
     ]
 
 
+def derived_of(broker, topic=TOPIC):
+    """The consume-queue entries and what each stored message's keys find in the index."""
+    entries = [broker.store.consume_queue_entries(topic, queue_id, 0, 1000)
+               for queue_id in range(4)]
+    keys = sorted({key for queue_id in range(4) for record in stored(broker, topic, queue_id)
+                   for key in index_keys(record.properties)} - {""})
+    found = [[decode_records(record)[0].physical_offset
+              for record in broker.store.query_messages(topic, key, 64, 0, 2**62).records]
+             for key in keys]
+    return entries, keys, found
+
+
+def columns_taken(broker) -> list[bool]:
+    """Whether each ``put_send_columns`` of ``broker``'s store took its group."""
+    store = broker.store
+    put = store.put_send_columns
+    taken: list[bool] = []
+
+    def spied(sends):
+        result = put(sends)
+        taken.append(result is not None)
+        return result
+
+    store.put_send_columns = spied
+    return taken
+
+
 # The properties of a plain send: a UNIQ_KEY alone (tidemq's producer's commonest), one with
 # separators in its value, and with tags and keys beside it.
 PLAIN_PROPERTIES = {
@@ -98,13 +131,23 @@ def test_a_plain_group_is_stored_and_answered_as_the_general_path_does(
     requests = [producer_send(n, properties=PLAIN_PROPERTIES[properties](n))
                 for n in range(count)]
 
+    taken = columns_taken(plain_broker)
+
     plain = serve(plain_broker, requests, plain=True)
     general = serve(general_broker, requests, plain=False)
 
     assert type(plain) is EncodedAnswers  # the columns' path answered, not the general one
+    assert taken == [True]  # the store took the group as columns
     assert plain.code == ResponseCode.SUCCESS
     assert answer_bytes(requests, plain) == answer_bytes(requests, general)
     assert records_of(plain_broker) == records_of(general_broker)
+    plain_derived, general_derived = derived_of(plain_broker), derived_of(general_broker)
+    assert plain_derived == general_derived
+    assert len(plain_derived[1]) >= count  # each send's UNIQ_KEY at least
+    entries = [entry for queue in plain_derived[0] for entry in queue]
+    assert sorted(tag for _, _, tag in entries) == sorted(
+        tag_code_of(record.properties) for queue_id in range(4)
+        for record in stored(plain_broker, TOPIC, queue_id))
     assert [record.properties for queue_id in range(4)
             for record in stored(plain_broker, TOPIC, queue_id)] == [
         record.properties for queue_id in range(4)
@@ -252,6 +295,45 @@ def test_a_plain_message_s_properties_text_says_what_its_properties_say(properti
         assert message.properties["CLUSTER"] == "DefaultCluster"
         assert message.properties_text == encode_properties(message.properties)
         assert decode_properties(message.properties_text) == message.properties
+
+
+@pytest.mark.parametrize("properties", sorted(PLAIN_PROPERTIES))
+@pytest.mark.parametrize("multi_tags", [False, True])
+def test_a_group_s_columns_say_what_its_messages_say(properties, multi_tags):
+    # The store takes a group either way: as columns (send_columns) or as messages
+    # (plain_messages, when it does not take the columns); both must say the same.
+    requests = [producer_send(n, properties=PLAIN_PROPERTIES[properties](n)) for n in range(3)]
+    sends = read_plain_sends(requests)
+    assert sends is not None
+    columns = send_columns(sends, "DefaultCluster", multi_tags, PEER)
+    messages = plain_messages(sends, "DefaultCluster", multi_tags, PEER)
+    assert columns is not None and messages is not None
+    assert columns.topic == TOPIC and columns.born_host == PEER
+    assert list(columns.properties) == [m.properties_text for m in messages]
+    assert columns.queue_ids == [m.queue_id for m in messages]
+    assert columns.bodies == [m.body for m in messages]
+    assert columns.flags == [m.flag for m in messages]
+    assert columns.sysflags == [m.sysflag for m in messages]
+    assert columns.born_timestamps == [m.born_timestamp for m in messages]
+    assert [list(keys) for keys in columns.keys] == [index_keys(m.properties) for m in messages]
+    tags = [m.properties.get("TAGS") for m in messages]
+    assert columns.tags == (None if tags == [None] * 3 else tags)
+
+
+def test_a_group_the_store_leaves_is_stored_as_messages_and_answered_alike(make_broker):
+    plain_broker, general_broker = make_broker(), make_broker()
+    for broker in (plain_broker, general_broker):
+        with_topic(broker, TOPIC)
+    plain_broker.store.put_send_columns = lambda sends: None  # as a store without columns
+    requests = [producer_send(n) for n in range(5)]
+
+    plain = serve(plain_broker, requests, plain=True)
+    general = serve(general_broker, requests, plain=False)
+
+    assert type(plain) is EncodedAnswers
+    assert answer_bytes(requests, plain) == answer_bytes(requests, general)
+    assert records_of(plain_broker) == records_of(general_broker)
+    assert derived_of(plain_broker) == derived_of(general_broker)
 
 
 def test_a_request_whose_fields_are_not_text_is_not_plain():
