@@ -154,6 +154,19 @@ def _read_columns(requests: list[RemotingCommand]) -> PlainSends | None:
                       properties, bodies, list(map(_OPAQUE, requests)))
 
 
+def _plain_properties(text: str) -> dict[str, str] | None:
+    """The properties of a send's text when they are plain (each name once, a UNIQ_KEY,
+    nothing the broker acts on: module docstring), else None."""
+    properties = decode_properties(text)
+    if (
+        len(properties) != text.count(PROPERTY_SEPARATOR) + 1
+        or not properties.get(_UNIQ_KEY)
+        or not _NOT_PLAIN_KEYS.isdisjoint(properties)
+    ):
+        return None
+    return properties
+
+
 def plain_messages(sends: PlainSends, cluster: str, multi_tags: bool,
                    born_host: str) -> list[StoreMessage] | None:
     """The store messages of ``sends`` as the send processor shapes a plain single send:
@@ -173,12 +186,8 @@ def plain_messages(sends: PlainSends, cluster: str, multi_tags: bool,
             # The commonest text of all, a UNIQ_KEY alone: what decode_properties reads.
             properties = {_UNIQ_KEY: value, PROPERTY_CLUSTER: cluster}
         else:
-            properties = decode_properties(text)
-            if (
-                len(properties) != text.count(PROPERTY_SEPARATOR) + 1
-                or not properties.get(_UNIQ_KEY)
-                or not _NOT_PLAIN_KEYS.isdisjoint(properties)
-            ):
+            properties = _plain_properties(text)
+            if properties is None:
                 return None
             properties[PROPERTY_CLUSTER] = cluster
         if multi_tags:
@@ -211,12 +220,8 @@ def send_columns(sends: PlainSends, cluster: str, multi_tags: bool,
         keys = []
         tags = []
         for text in texts:
-            properties = decode_properties(text)
-            if (
-                len(properties) != text.count(PROPERTY_SEPARATOR) + 1
-                or not properties.get(_UNIQ_KEY)
-                or not _NOT_PLAIN_KEYS.isdisjoint(properties)
-            ):
+            properties = _plain_properties(text)
+            if properties is None:
                 return None
             tags.append(properties.get(PROPERTY_TAGS))
             keys.append(index_keys(properties))
