@@ -256,15 +256,7 @@ class StoreCore(MessageStore):
         appended = self._append_queue_group(batch)
         if isinstance(appended, PutResult):
             return [appended] * len(messages)
-        physical_offsets, queue_offsets, store_timestamp, durable = appended
-        msg_ids = _offset_msg_ids(self._msg_id_prefix, physical_offsets)
-        return [
-            PutResult(PutStatus.PUT_OK, "", physical_offset, size, queue_offset, [msg_id],
-                      store_timestamp, 1, durable)
-            for physical_offset, size, queue_offset, msg_id in zip(
-                physical_offsets, batch.sizes, queue_offsets, msg_ids, strict=True
-            )
-        ]
+        return self._columns_put(batch, appended).put_results()
 
     def put_send_columns(self, sends: SendColumns) -> SendColumnsPut | None:
         """Append single sends given in columns (see ``MessageStore.put_send_columns``):
@@ -284,13 +276,16 @@ class StoreCore(MessageStore):
             self.commit_log.file_size, self.index is not None)
         if batch is None:
             return None
-        count = len(batch.sizes)
         appended = self._append_queue_group(batch)
         if isinstance(appended, PutResult):
-            return SendColumnsPut(appended.status, appended.remark, count)
+            return SendColumnsPut(appended.status, appended.remark, len(batch.sizes))
+        return self._columns_put(batch, appended)
+
+    def _columns_put(self, batch: EncodedBatch, appended: _GroupAppended) -> SendColumnsPut:
+        """A stored queue group's results in columns, its msg ids made from the offsets."""
         physical_offsets, queue_offsets, store_timestamp, durable = appended
         return SendColumnsPut(
-            PutStatus.PUT_OK, "", count, physical_offsets, batch.sizes, queue_offsets,
+            PutStatus.PUT_OK, "", len(batch.sizes), physical_offsets, batch.sizes, queue_offsets,
             _offset_msg_ids(self._msg_id_prefix, physical_offsets), store_timestamp, durable)
 
     def _append_queue_group(self, batch: EncodedBatch) -> _GroupAppended | PutResult:
