@@ -92,14 +92,22 @@ class ConsumptionServices:
         ]
 
     async def shutdown(self) -> None:
-        """Stop the periodic tasks, answer parked pulls and persist the offsets."""
+        """Stop the periodic tasks, answer parked pulls and persist the offsets (a write that
+        fails with a StoreError, e.g. a full disk, is logged, not raised)."""
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._pull_holds.stop()
         await self._clients.shutdown()
-        await self.persist_offsets()
+        try:
+            await self.persist_offsets()
+        except StoreError as exc:
+            # A full disk at shutdown: say what is lost and go on, so the broker still
+            # closes its store cleanly (raised, it skipped every later step of shutdown).
+            log.error("persisting consumer offsets at shutdown failed: %s; consumerOffset.json "
+                      "keeps the offsets of its last save, so consumers may be sent again "
+                      "what they consumed since", exc)
 
     async def persist_offsets(self) -> None:
         """Write consumerOffset.json if offsets changed since the last write.

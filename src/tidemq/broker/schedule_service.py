@@ -271,13 +271,21 @@ class ScheduleMessageService:
         self._tasks.append(loop.create_task(self._persist_loop(), name="delay-offsets"))
 
     async def shutdown(self) -> None:
-        """Stop the timers and write the offsets (call before the store closes)."""
+        """Stop the timers and write the offsets (call before the store closes); a write that
+        fails with a StoreError (a full disk) is logged, not raised."""
         self._running = False
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self.persist()
+        try:
+            await self.persist()
+        except StoreError as exc:
+            # A full disk at shutdown: say what is lost and go on, so the broker still
+            # closes its store cleanly (raised, it skipped every later step of shutdown).
+            log.error("persisting delay offsets at shutdown failed: %s; delayOffset.json keeps "
+                      "the offsets of its last save, so delayed messages delivered since may "
+                      "be delivered again", exc)
 
     async def persist(self) -> None:
         """Write delayOffset.json if it changed: snapshot on the loop, write in a thread.

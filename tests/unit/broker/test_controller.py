@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import socket
@@ -354,3 +355,43 @@ def test_new_groups_are_saved_in_the_background_and_at_shutdown(make_broker, tmp
     asyncio.run(scenario())
     saved = json.loads(groups_file.read_text())["subscriptionGroupTable"]
     assert "cg_burst_0" in saved and "cg_at_the_end" in saved
+
+
+def test_a_shutdown_on_a_full_disk_logs_what_it_could_not_save_and_closes_the_store(
+        make_broker, tmp_path, caplog, monkeypatch):
+    # The last persists of consumer offsets, delay offsets and transaction progress meet a
+    # full disk (the config files' writes fail with ENOSPC, as on a full volume). Each is an
+    # ERROR line naming the file and the fix, without a traceback, and the shutdown goes on to
+    # close the store; before, the first StoreFull left shutdown there, the store unclosed.
+    from tidemq.store import config_file
+
+    broker = make_broker(root=tmp_path / "store")
+    closed = []
+    close = broker.store.close
+
+    def recording_close() -> None:
+        closed.append(True)
+        close()
+
+    broker.store.close = recording_close
+
+    def full_disk(fd: int, data: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    async def scenario():
+        await broker.start()
+        broker.consumer_offset_manager.commit_offset("cg_full", "TopicFull", 0, 7)
+        broker.schedule_service._offsets.commit(2, 5)  # a delivery moved level 2 on
+        monkeypatch.setattr(config_file, "_write_all", full_disk)
+        with caplog.at_level(logging.ERROR, "tidemq.broker"):
+            await broker.shutdown(grace_s=1.0)
+
+    asyncio.run(scenario())
+    assert closed == [True]
+    errors = [r for r in caplog.records if "at shutdown failed" in r.getMessage()]
+    assert errors and all(r.levelno == logging.ERROR and r.exc_info is None for r in errors)
+    assert {name for name in ("consumerOffset.json", "delayOffset.json",
+                              "transactionProgress.json")
+            if any(name in r.getMessage() for r in errors)} == {
+        "consumerOffset.json", "delayOffset.json", "transactionProgress.json"}
+    assert all("free disk space on that volume" in r.getMessage() for r in errors)

@@ -309,13 +309,20 @@ class TransactionService:
         self._start_tasks()
 
     async def shutdown(self) -> None:
-        """Stop the tasks, write queued ends and the checkpoint (before the store closes)."""
+        """Stop the tasks, write queued ends and the checkpoint (before the store closes); a
+        checkpoint write that fails with a StoreError (a full disk) is logged, not raised."""
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._started and not self.is_slave:
-            await self.persist()
+            try:
+                await self.persist()
+            except StoreError as exc:
+                # A full disk at shutdown: the next start replays the op queue from the last
+                # saved checkpoint, so nothing is lost; the broker still closes its store.
+                log.error("writing the transaction progress at shutdown failed: %s; the next "
+                          "start replays the op queue from its last saved checkpoint", exc)
         await self.writer.cancel_waits()
 
     async def ready(self) -> None:
