@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemq.broker.consumer_offset_manager import KEEP_LARGER_EXT_FIELD
 from tidemq.broker.outgoing import refusal_hint
-from tidemq.errors import TidemqError
+from tidemq.errors import StoreError, TidemqError
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.headers import UpdateConsumerOffsetRequestHeader
@@ -161,20 +161,37 @@ class SlaveSynchronizer:
             if response.code != ResponseCode.SUCCESS:
                 raise TidemqError(f"it answered code {response.code}: {response.remark or ''}"
                                   f"{refusal_hint(response.code)}")
-            outcome = apply(parse(response.body or b""))
+            table = parse(response.body or b"")
+        except (RemotingError, TidemqError, ValueError) as exc:
+            self._failed(what, f"slave could not copy the {what} of master {master}: {exc}; "
+                               f"keeping its own and retrying every {self._interval_s:g} s")
+            return
+        try:
+            outcome = apply(table)
             if asyncio.iscoroutine(outcome):
                 outcome = await outcome
+        except StoreError as exc:
+            # Taken in memory, but the file write failed (a full disk): the message names
+            # the file and the fix. "keeping its own" would be wrong here.
+            self._failed(what, f"slave took the {what} of master {master} but could not save "
+                               f"them: {exc}; they are kept in memory and saved with the "
+                               "next change")
+            return
         except (RemotingError, TidemqError, ValueError) as exc:
-            if what not in self._failing:
-                self._failing.add(what)
-                log.warning("slave could not copy the %s of master %s: %s; keeping its own "
-                            "and retrying every %g s", what, master, exc, self._interval_s)
+            self._failed(what, f"slave could not copy the {what} of master {master}: {exc}; "
+                               f"keeping its own and retrying every {self._interval_s:g} s")
             return
         if what in self._failing:
             self._failing.discard(what)
             log.info("slave copies the %s of master %s again", what, master)
         if outcome:
             log.debug("slave copied the %s of master %s", what, master)
+
+    def _failed(self, what: str, message: str) -> None:
+        # Once per outage of a table: a master away for an hour is one line, not 360.
+        if what not in self._failing:
+            self._failing.add(what)
+            log.warning("%s", message)
 
     def _merge_offsets(self, master: str) -> Callable[[ConsumerOffsetTable], Any]:
         async def merge(table: ConsumerOffsetTable) -> bool:

@@ -4,6 +4,7 @@ slave while its master was away are kept and handed back instead of thrown away.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 
 import orjson
@@ -209,3 +210,33 @@ def test_an_acl_refusal_names_the_key_that_signs_the_slaves_requests(make_broker
     asyncio.run(scenario())
     warnings = [r.getMessage() for r in caplog.records if "could not copy" in r.getMessage()]
     assert warnings and all("innerClientAuthenticationCredentials" in w for w in warnings)
+
+
+def test_a_copy_that_cannot_be_saved_on_a_full_disk_says_so_without_a_traceback(
+        make_broker, serve, tmp_path, caplog, monkeypatch):
+    # The slave's volume is full: the delay offsets are taken in memory but delayOffset.json
+    # cannot be written (ENOSPC, as on a full volume). One WARNING names the file and the fix,
+    # says the copy is kept in memory (not "keeping its own"), and carries no traceback.
+    from tidemq.store import config_file
+
+    master, slave = make_pair(make_broker, tmp_path, delay_offsets={"2": 5})
+
+    def full_disk(fd: int, data: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    async def scenario():
+        async with serve(master):
+            slave.role.learn_master(master.broker_address, None)
+            monkeypatch.setattr(config_file, "_write_all", full_disk)
+            with caplog.at_level(logging.WARNING, logger="tidemq.broker"):
+                assert await slave.slave_sync.sync_all()
+            monkeypatch.undo()
+        await slave.remoting_client.close()
+
+    asyncio.run(scenario())
+    assert slave.schedule_service.offset(2) == 5
+    warnings = [r for r in caplog.records if "delay offsets" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].exc_info is None
+    message = warnings[0].getMessage()
+    assert "could not save" in message and "kept in memory" in message
+    assert "delayOffset.json" in message and "free disk space on that volume" in message
