@@ -211,25 +211,22 @@ def decode_pull_response(
         header = PullMessageResponseHeader.from_ext_fields(response.ext_fields)
     except HeaderFieldError as e:
         raise RemoteProtocolError(f"pull response from {address}: {e}") from None
-    messages: list[MessageExt] = []
+    # The result is built with positional arguments: matching eight keywords was more than
+    # half of building it (0.64 against 0.26 us), paid once per pull answer.
+    body = response.body
+    if status is not PullStatus.FOUND or not body:
+        return PullResult(status, header.next_begin_offset, header.min_offset,
+                          header.max_offset, [], header.suggest_which_broker_id)
+    messages = decode_messages(body, queue.broker_name, check_crc=check_crc)
     filtered = 0
-    if status is PullStatus.FOUND and response.body:
-        messages = decode_messages(response.body, queue.broker_name, check_crc=check_crc)
-        if subscription is not None and not subscription.matches_all:
-            tags = subscription.tags
-            received = len(messages)
-            messages = [m for m in messages if m.properties.get("TAGS") in tags]
-            filtered = received - len(messages)
-    return PullResult(
-        status=status,
-        next_begin_offset=header.next_begin_offset,
-        min_offset=header.min_offset,
-        max_offset=header.max_offset,
-        messages=messages,
-        suggest_which_broker_id=header.suggest_which_broker_id,
-        messages_filtered=filtered,
-        body_size=len(response.body) if messages or filtered else 0,
-    )
+    if subscription is not None and not subscription.matches_all:
+        tags = subscription.tags
+        received = len(messages)
+        messages = [m for m in messages if m.properties.get("TAGS") in tags]
+        filtered = received - len(messages)
+    return PullResult(status, header.next_begin_offset, header.min_offset, header.max_offset,
+                      messages, header.suggest_which_broker_id, filtered,
+                      len(body) if messages or filtered else 0)
 
 
 def decode_messages(
