@@ -68,6 +68,8 @@ import tempfile
 import threading
 import time
 from array import array
+from itertools import repeat
+from operator import attrgetter, itemgetter, sub
 
 STAMP = struct.Struct("<q")
 WINDOW_MS = 100  # timeline resolution: the worst latency of each window this long
@@ -180,9 +182,15 @@ async def _consume(args: argparse.Namespace) -> None:
     messages sent on stdin, then until that many arrived (or 10 s more)."""
     from tidemq import ConsumeResult, PullConsumer, PushConsumer
 
-    arrivals = array("q")
-    latencies = array("q")
-    to_store = array("q")  # store timestamp (ms) minus the stamp: the send side's part
+    # While the run lasts only what is needed later is kept: each message's stamp and store
+    # timestamp, and each batch's arrival time and size; the per-message columns are made
+    # after the consumer's CPU is read. Its CPU is the consumer's share of the two cores the
+    # three processes contend for: a Python loop per message here was ~1.8 us of it (in
+    # process, RESULTS.md), added to tidemq's own for every tree measured.
+    stamps = array("q")
+    stored_ms = array("q")  # store timestamps (ms): the send side's part, with the stamps
+    batches = array("q")  # (arrival ns, messages) per batch handed over
+    received = [0]
     lags = array("q")
     probe = asyncio.ensure_future(_probe_loop_lag(lags))
     loop = asyncio.get_running_loop()
@@ -192,13 +200,17 @@ async def _consume(args: argparse.Namespace) -> None:
         line = sys.stdin.readline()
         loop.call_soon_threadsafe(expected.set_result, int(line.strip() or 0))
 
+    unpack_stamp = STAMP.unpack_from
+    first = itemgetter(0)
+    body_of = attrgetter("body")
+    store_timestamp_of = attrgetter("store_timestamp")
+
     def record(messages: list) -> None:
-        now = time.time_ns()
-        for message in messages:
-            stamp = STAMP.unpack_from(message.body)[0]
-            arrivals.append(now)
-            latencies.append(now - stamp)
-            to_store.append(message.store_timestamp * 1_000_000 - stamp)
+        batches.append(time.time_ns())
+        batches.append(len(messages))
+        stamps.extend(map(first, map(unpack_stamp, map(body_of, messages))))
+        stored_ms.extend(map(store_timestamp_of, messages))
+        received[0] += len(messages)
 
     cpu = [0.0, 0.0]
 
@@ -206,7 +218,7 @@ async def _consume(args: argparse.Namespace) -> None:
         cpu[0] = time.process_time()
         count = await expected
         deadline = time.monotonic() + 10
-        while len(latencies) < count and time.monotonic() < deadline:
+        while received[0] < count and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         cpu[1] = time.process_time()
 
@@ -245,6 +257,12 @@ async def _consume(args: argparse.Namespace) -> None:
             print(READY_LINE, flush=True)
             threading.Thread(target=read_expected, daemon=True).start()
             await until_done()
+    arrivals = array("q")
+    for index in range(0, len(batches), 2):
+        arrivals.extend(repeat(batches[index], batches[index + 1]))
+    latencies = array("q", map(sub, arrivals, stamps))
+    to_store = array("q", [ms * 1_000_000 - stamp for ms, stamp in zip(stored_ms, stamps,
+                                                                          strict=True)])
     with open(args.out, "wb") as out:
         out.write(STAMP.pack(len(latencies)))
         arrivals.tofile(out)
