@@ -94,11 +94,10 @@ async def _probe_loop_lag(lags: array, period_s: float = 0.005) -> None:
 
 async def _produce(args: argparse.Namespace) -> dict:
     from idle import main_thread_sched_s, process_counts, thread_table
-    from pacing import Schedule
+    from pacing import Schedule, due_offsets
     from tidemq import Message, Producer
 
     pad = os.urandom(max(0, args.size - STAMP.size))
-    interval_s = 1.0 / args.rate
     acks_ms: list[float] = []
     late_ms: list[float] = []  # each send call's time minus its due time
     sent = [0]
@@ -112,17 +111,16 @@ async def _produce(args: argparse.Namespace) -> dict:
         threads_before = thread_table(os.getpid())
         counts_before = process_counts(os.getpid())
         if args.pacing == "sleep":
+            offsets = due_offsets(args.rate, args.seconds)  # shared: each due time once
             started = time.perf_counter()
-            deadline = started + args.seconds
-            next_slot = [started]
 
             async def worker() -> None:
                 # An asyncio.sleep per message (pacing.py says what that costs).
                 while True:
-                    slot = next_slot[0]
-                    if slot >= deadline:
+                    offset = next(offsets, None)
+                    if offset is None:
                         return
-                    next_slot[0] += interval_s
+                    slot = started + offset
                     delay = slot - time.perf_counter()
                     if delay > 0:
                         await asyncio.sleep(delay)

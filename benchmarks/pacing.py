@@ -23,11 +23,33 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import time
+from collections.abc import Iterator
 
 # A due time this close is released now (the module docstring: uvloop's timer resolution is
 # 1 ms, delays rounded, so a per-message sleep of < 0.5 ms returned at once).
 EARLY_S = 0.0005
+
+
+def due_offsets(rate: float, seconds: float) -> Iterator[float]:
+    """The schedule's due times as offsets from its start, ``i / rate`` for every i with
+    ``i / rate < seconds``, in order (``ceil(rate * seconds)`` of them): for senders that
+    each sleep until their own next due time (``latency_bench.py --pacing sleep``), sharing
+    one iterator (``next(offsets, None)``, None once it is exhausted).
+
+    Each offset is computed from its index, not by adding ``1 / rate`` to the one before:
+    the sum's rounding error piles up over a run and let one due time more slip in before
+    ``seconds``.
+
+    Raises:
+        ValueError: ``rate`` is not above 0.
+    """
+    if rate <= 0:
+        raise ValueError(f"rate is {rate} messages a second; it must be above 0")
+    # float(): an int's __gt__ against a float offset is NotImplemented (truthy), not False.
+    return itertools.takewhile(float(seconds).__gt__,
+                               map(float(rate).__rtruediv__, itertools.count()))
 
 
 class Schedule:

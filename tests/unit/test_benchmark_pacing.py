@@ -10,6 +10,7 @@ asserted (only that nothing is handed out before it is due, less the documented 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import sys
 import time
@@ -80,3 +81,30 @@ def test_schedule_refuses_a_rate_that_is_not_positive():
 
     with pytest.raises(ValueError, match="rate is 0 messages a second"):
         asyncio.run(make())
+
+
+@pytest.mark.parametrize(("rate", "seconds"), [(7500, 15), (20000, 10), (3, 1), (2000.0, 0.2)])
+def test_due_offsets_are_the_schedules_due_times_each_from_its_index(rate, seconds):
+    # The sleep pacing once added 1 / rate to the last due time: from a start of 0.0, 20,000
+    # msg/s for 10 s gave 200,001 due times before the end (from 12345.678, 7,500 for 15 s
+    # gave 112,501): the sum's rounding error let one more in.
+    offsets = list(pacing.due_offsets(rate, seconds))
+    assert offsets == [i / rate for i in range(math.ceil(rate * seconds))]
+    assert offsets[-1] < seconds
+
+
+def test_due_offsets_shared_by_senders_hand_each_due_time_out_once():
+    offsets = pacing.due_offsets(1000, 0.05)
+    taken = [[], [], []]
+    for turn in itertools.count():
+        offset = next(offsets, None)
+        if offset is None:
+            break
+        taken[turn % 3].append(offset)
+    assert sorted(itertools.chain(*taken)) == [i / 1000 for i in range(50)]
+    assert next(offsets, None) is None
+
+
+def test_due_offsets_refuse_a_rate_that_is_not_positive():
+    with pytest.raises(ValueError, match="rate is -1 messages a second"):
+        pacing.due_offsets(-1, 1.0)
