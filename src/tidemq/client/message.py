@@ -63,7 +63,9 @@ class Message:
         wait_store_msg_ok: bool = True,
     ):
         self.topic = topic
-        self.body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        if type(body) is not bytes:  # bytes as they are (the common case), without a call
+            body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        self.body = body
         self.flag = flag
         self.properties: dict[str, str] = dict(properties) if properties else {}
         if tags is not None:

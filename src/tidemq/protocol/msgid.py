@@ -140,14 +140,25 @@ def _reset_state() -> None:
 os.register_at_fork(after_in_child=_reset_state)
 
 
-def new_unique_key() -> str:
+# The two uppercase hex digits of each byte value: a key's counter part as two lookups. A
+# ``:04X`` format spec is parsed again on every call: ~0.3 us more per key (pinned, 2026-11-27).
+_BYTE_HEX = tuple(f"{value:02X}" for value in range(256))
+
+
+def new_unique_key(now_ms: int | None = None) -> str:
     """A new client message id (UNIQ_KEY): 32 uppercase hex characters, unique per process.
+
+    Args:
+        now_ms: the current time in ms since the epoch (``time.time_ns() // 1_000_000``), for
+            a caller that has just read the clock for its own use (a send's born timestamp);
+            read here when None.
 
     Safe to call from several threads: the counter is an ``itertools.count`` (atomic under
     the GIL), and only the monthly recomputation of the time base takes a lock.
     """
-    state, head = _key_head()
-    return f"{head}{next(state.counter) & 0xFFFF:04X}"
+    state, head = _key_head(now_ms)
+    counter = next(state.counter)
+    return f"{head}{_BYTE_HEX[(counter >> 8) & 0xFF]}{_BYTE_HEX[counter & 0xFF]}"
 
 
 def new_unique_keys(count: int) -> list[str]:
@@ -166,14 +177,15 @@ def new_unique_keys(count: int) -> list[str]:
     return list(map(head.__add__, packed.hex(" ", 2).upper().split(" ")))
 
 
-def _key_head() -> tuple[_UniqueKeyState, str]:
-    # The state and the first 28 characters of a key made now: process part, then the ms
-    # since the start of the month.
+def _key_head(now_ms: int | None = None) -> tuple[_UniqueKeyState, str]:
+    # The state and the first 28 characters of a key made at ``now_ms`` (now when None):
+    # process part, then the ms since the start of the month.
     global _state
     state = _state
     if state is None:
         state = _state = _UniqueKeyState()
-    now_ms = time.time_ns() // 1_000_000
+    if now_ms is None:
+        now_ms = time.time_ns() // 1_000_000
     head_ms, head = state.head_at
     if head_ms == now_ms:
         return state, head

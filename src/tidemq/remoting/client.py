@@ -184,7 +184,8 @@ class RemotingClient:
             LocalProtocolError: as ``invoke`` (raised here when the request is written now).
         """
         connection = self._connections.get(addr)
-        if connection is not None and not connection.is_closing:
+        # ``_closing`` is what ``is_closing`` says, without the property's call per send.
+        if connection is not None and not connection._closing:
             answer: asyncio.Future[RemotingCommand] = connection._loop.create_future()
             if connection.request_nowait(command, timeout_ms, answer):
                 return answer

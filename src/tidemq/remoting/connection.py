@@ -312,7 +312,8 @@ class Connection(asyncio.Protocol):
             )
         if self._request_hook is not None:
             self._request_hook(command)
-        self._write(command)
+        parts = command.encode_parts()  # raises before anything is written (``_write``'s)
+        self._cork(parts, len(parts[0]) if len(parts) == 1 else len(parts[0]) + len(parts[1]))
         if self._corked is not None and self._corked_bytes >= REQUEST_SEND_NOW_BYTES:
             self._flush()  # a large request leaves now (REQUEST_SEND_NOW_BYTES)
         self._pending[opaque] = (receiver, deadline, command, timeout_ms)

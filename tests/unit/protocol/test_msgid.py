@@ -1,5 +1,6 @@
 """Offset message ids and client unique keys (docs/protocol.md §8)."""
 
+import itertools
 import re
 import threading
 import time
@@ -9,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidemq.errors import InvalidMessageId, LocalProtocolError, RemoteProtocolError
+from tidemq.protocol import msgid
 from tidemq.protocol.msgid import (
     decode_offset_msg_id,
     encode_offset_msg_id,
@@ -70,6 +72,23 @@ def test_unique_keys_are_32_uppercase_hex_and_distinct():
     assert len(set(keys)) == len(keys)
     # The first 10 bytes are fixed per process.
     assert len({key[:20] for key in keys}) == 1
+
+
+@pytest.mark.parametrize("counter", [0x0000, 0x00FF, 0x0100, 0xABCD, 0xFFFF, 0x1_0001])
+def test_a_unique_keys_last_four_digits_are_its_counters_low_16_bits(monkeypatch, counter):
+    state = msgid._key_head()[0]
+    monkeypatch.setattr(state, "counter", itertools.count(counter))
+    keys = [new_unique_key(), new_unique_key()]
+    assert [key[-4:] for key in keys] == [f"{counter & 0xFFFF:04X}",
+                                          f"{(counter + 1) & 0xFFFF:04X}"]
+
+
+def test_a_unique_key_made_at_a_given_time_reads_back_that_time():
+    made_ms = time.time_ns() // 1_000_000 - 5_000  # a clock reading the caller made earlier
+    key = new_unique_key(made_ms)
+    assert re.fullmatch(r"[0-9A-F]{32}", key)
+    assert unique_key_timestamp(key) == made_ms
+    assert new_unique_key(made_ms)[:28] == key[:28]  # the same time part from that reading
 
 
 def test_unique_keys_from_many_threads_are_distinct():
