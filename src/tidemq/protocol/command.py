@@ -87,6 +87,9 @@ _ROCKETMQ = SerializeType.ROCKETMQ
 _PYTHON = LanguageCode.PYTHON
 _OTHER = LanguageCode.OTHER
 _LANGUAGE_BY_ORDINAL = tuple(sorted(LanguageCode))  # the ROCKETMQ header's language byte
+# A command made without its class call (decode_json_header, JsonRequestTemplate.render):
+# every field is then stored by the maker.
+_new_command = object.__new__
 
 # Opaque ids are positive int32, as Java's AtomicInteger-based counter gives them out;
 # itertools.count's __next__ is atomic under the GIL, so threads may share it.
@@ -366,8 +369,20 @@ class JsonRequestTemplate:
                 f"request {request_code_name(self.code)}({self.code}): header of "
                 f"{header_length} bytes or frame of {length} bytes is too long"
             )
-        return TemplateRequest(self.code, opaque,
-                               _FRAME_HEAD.pack(length, header_length) + header, body)
+        # What TemplateRequest(...) makes, its fields stored here: the class call into its
+        # __init__ stores the same and made a render ~7 % dearer (2.17 against 2.01 us).
+        request = _new_command(TemplateRequest)
+        request.code = self.code
+        request.opaque = opaque
+        request.flag = 0
+        request.remark = None
+        request.body = body
+        request.language = _PYTHON
+        request.version = TIDEMQ_VERSION
+        request.serialize_type = _JSON
+        request._head = _FRAME_HEAD.pack(length, header_length) + header
+        request._fields = None
+        return request
 
 
 def _compile_join(variables: int, literals: list[str]) -> Any:
@@ -442,7 +457,7 @@ def decode_checked_frame(
         RemoteProtocolError: a malformed header.
     """
     if serialize_type == _JSON:
-        command = _decode_json_header(source[header_start:header_end])
+        command = decode_json_header(source[header_start:header_end])
     else:
         command = _decode_binary_header(source[header_start:header_end])
     if header_end < end:
@@ -473,6 +488,9 @@ def check_header_word(serialize_type: int, header_length: int, frame_length: int
 
 # The fields every Java and tidemq header carries, fetched in one call on the decode fast path.
 _JSON_FIXED_FIELDS = operator.itemgetter("code", "opaque", "flag", "version", "language")
+_LANGUAGE_BY_NAME_GET = _LANGUAGE_BY_NAME.get
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
 _SORT_KEYS = orjson.OPT_SORT_KEYS
 
 
@@ -540,10 +558,17 @@ def _encode_json_header_checked(command: RemotingCommand) -> bytes:
         ) from None
 
 
-def _decode_json_header(header: bytes | memoryview) -> RemotingCommand:
+def decode_json_header(header: bytes | memoryview) -> RemotingCommand:
+    """The command of a JSON header (``header``: its bytes, between the header word and the
+    body), without a body.
+
+    Raises:
+        RemoteProtocolError: not UTF-8 JSON, not an object, ``code`` or ``opaque`` missing,
+            a number that is not an int32, extFields that is not an object.
+    """
     try:
-        fields = orjson.loads(header)
-    except orjson.JSONDecodeError as e:
+        fields = _loads(header)
+    except _JSONDecodeError as e:
         raise RemoteProtocolError(f"JSON header is not valid UTF-8 JSON: {e}") from None
     # Fast path: what Java and tidemq peers send (int32 numbers, a known language name, string
     # extFields) needs only type checks; anything else is read by the tolerant decoder below,
@@ -555,25 +580,38 @@ def _decode_json_header(header: bytes | memoryview) -> RemotingCommand:
             # One C-level pass over an object's values: join raises TypeError unless every
             # one is a str (and anything but an object has no .values()).
             "".join(ext_fields.values())
+        # None for a number or an unknown name (the tolerant decoder reads those), TypeError
+        # for a list or an object.
+        language = _LANGUAGE_BY_NAME_GET(language_name)
     except (KeyError, TypeError, AttributeError):  # a field missing, not an object, ...
         return _decode_json_fields(fields)
     remark = fields.get("remark")
-    language = _LANGUAGE_BY_NAME.get(language_name) if type(language_name) is str else None
     if (
         language is not None
         and type(code) is int
         and type(opaque) is int
         and type(flag) is int
         and type(version) is int
-        and _INT32_MIN <= code <= _INT32_MAX
-        and _INT32_MIN <= opaque <= _INT32_MAX
-        and _INT32_MIN <= flag <= _INT32_MAX
-        and _INT32_MIN <= version <= _INT32_MAX
+        # int32 bounds written out: a constant costs less than a global's lookup, 4 times.
+        and -2147483648 <= code <= 2147483647
+        and -2147483648 <= opaque <= 2147483647
+        and -2147483648 <= flag <= 2147483647
+        and -2147483648 <= version <= 2147483647
         and (remark is None or type(remark) is str)
     ):
-        return RemotingCommand(
-            code, opaque, flag, remark, ext_fields, None, language, version, _JSON
-        )
+        # The fields stored one by one: the dataclass's __init__, reached through the class
+        # call, stores the same and cost half as much again (0.56 against 0.37 us).
+        command = _new_command(RemotingCommand)
+        command.code = code
+        command.opaque = opaque
+        command.flag = flag
+        command.remark = remark
+        command.ext_fields = ext_fields
+        command.body = None
+        command.language = language
+        command.version = version
+        command.serialize_type = _JSON
+        return command
     return _decode_json_fields(fields)
 
 

@@ -38,6 +38,7 @@ from tidemq.protocol.command import (
     RemotingCommand,
     check_header_word,
     decode_checked_frame,
+    decode_json_header,
 )
 
 _INT32 = struct.Struct(">i")
@@ -198,15 +199,18 @@ class FrameDecoder:
         position. Checks the next frame's length and header word even when it is incomplete.
 
         The inner loop of a read holding many small frames: one unpack of the length and
-        header word per frame, the checks inline, and the header decoded straight from
-        ``source`` by ``decode_checked_frame``.
+        header word per frame, the checks inline, and a JSON header (what every tidemq and
+        Java peer sends) decoded straight from ``source`` by ``decode_json_header``, its body
+        sliced here: what ``decode_checked_frame`` does, one Python call less per frame.
         """
         commands: list[RemotingCommand] = []
         append = commands.append
         unpack_head = _FRAME_HEAD.unpack_from
-        decode = decode_checked_frame
+        decode_json = decode_json_header
         frame_size_max = self.frame_size_max
         checked_at = self._checked_frame_at
+        # A slice of bytes is a copy already; a memoryview's slice must be copied out.
+        source_is_bytes = type(source) is bytes
         end = len(source)
         while end - position >= _FRAME_HEAD_SIZE:
             length, word = unpack_head(source, position)
@@ -224,10 +228,16 @@ class FrameDecoder:
             if frame_end > end:
                 self._checked_frame_at = position
                 return commands, position
-            append(
-                decode(source, serialize_type, header_start, header_start + header_length,
-                       frame_end)
-            )
+            header_end = header_start + header_length
+            if serialize_type:  # ROCKETMQ
+                append(decode_checked_frame(source, serialize_type, header_start, header_end,
+                                            frame_end))
+            else:
+                command = decode_json(source[header_start:header_end])
+                if header_end < frame_end:
+                    command.body = (source[header_end:frame_end] if source_is_bytes
+                                    else bytes(source[header_end:frame_end]))
+                append(command)
             position = frame_end
         if end - position >= FRAME_PREFIX_SIZE and position != checked_at:
             # The length is here but not the header word: check what can be checked.
