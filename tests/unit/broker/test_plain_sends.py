@@ -343,3 +343,69 @@ def test_a_request_whose_fields_are_not_text_is_not_plain():
     odd.ext_fields["g"] = "1700000000000"
     odd.ext_fields["e"] = ["0"]
     assert read_plain_sends([producer_send(0), odd]) is None
+
+
+def _odd(change):
+    """A group of three plain sends whose middle one ``change`` made odd."""
+    def group():
+        odd = producer_send(1)
+        change(odd)
+        return [producer_send(0), odd, producer_send(2)]
+    return group
+
+
+def _set_field(name, value):
+    def change(request):
+        request.ext_fields[name] = value
+    return change
+
+
+def _set(attribute, value):
+    def change(request):
+        setattr(request, attribute, value)
+    return change
+
+
+ODD_SENDS = {
+    "SEND_MESSAGE v1": _set("code", int(RequestCode.SEND_MESSAGE)),
+    "oneway": _set("flag", FLAG_ONEWAY),
+    "a response": _set("flag", FLAG_RESPONSE),
+    "ROCKETMQ header": _set("serialize_type", 1),
+    "no body": _set("body", None),
+    "no extFields": _set("ext_fields", None),
+    "a field missing": lambda request: request.ext_fields.pop("h"),
+    "transaction prepared sysFlag": _set_field("f", "4"),
+    "transaction commit sysFlag": _set_field("f", "8"),
+    "sysFlag past the table": _set_field("f", "1024"),
+    "sysFlag not canonical": _set_field("f", "01"),
+    "flag negative": _set_field("h", "-1"),
+    "queue id past the table": _set_field("e", "1024"),
+    "defaultTopicQueueNums not a number": _set_field("d", "four"),
+    "born timestamp empty": _set_field("g", ""),
+    "born timestamp of 19 digits": _set_field("g", "1" * 19),
+    "born timestamp signed": _set_field("g", "+1700000000000"),
+    "born timestamp of other digits": _set_field("g", "\u0661\u0667\u0660\u0660"),  # Arabic-Indic
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD_SENDS))
+def test_a_group_with_one_odd_send_is_not_read_as_plain(name):
+    assert read_plain_sends([producer_send(0), producer_send(1)]) is not None
+    assert read_plain_sends(_odd(ODD_SENDS[name])()) is None
+
+
+def test_a_plain_group_is_read_into_its_columns():
+    requests = [producer_send(number) for number in range(5)]
+    requests[3].ext_fields["f"] = str(SYSFLAG_MULTI_TAGS)
+    requests[4].ext_fields["g"] = "1" * 18
+    sends = read_plain_sends(requests)
+    assert sends is not None
+    assert sends.topic == TOPIC
+    assert sends.queue_ids == [0, 1, 2, 3, 0]
+    assert sends.sys_flags == [0, 0, 0, SYSFLAG_MULTI_TAGS, 0]
+    assert sends.born_timestamps == [1_700_000_000_000 + n for n in range(4)] + [int("1" * 18)]
+    assert sends.flags == [0] * 5
+    assert list(sends.properties) == [request.ext_fields["i"] for request in requests]
+    assert sends.bodies == [request.body for request in requests]
+    assert sends.opaques == [request.opaque for request in requests]
+    assert read_plain_sends([]) is None
