@@ -5,7 +5,9 @@
 entries from the offset (at most max(16000, max_count * 20) bytes of them, within one
 segment) that keeps the entries whose tag code is wanted, until ``max_count`` messages or
 ``max_bytes`` bytes. The records are not decoded: consecutive records of the commit log are
-taken as one memoryview slice of its mapping, and the slices are joined once into the body.
+taken as one memoryview slice of its mapping (or, for records just appended, of the buffer
+the append wrote: the commit log's ``recent``, which spares the page fault of a fresh page's
+first read), and the slices are joined once into the body.
 
 Most pulls want every tag and read a stretch of the queue that fits the byte bound, with no
 filler and nothing below the log's minimum or its verified start: those are read by columns
@@ -105,11 +107,13 @@ def _collect_all(
     if min(physical_offsets) < max(commit_log.min_offset(), commit_log.verified_from):
         return None  # removed by retention, or not verified at open: the loop says which
     find_file = commit_log.find_file
+    recent = commit_log.recent.view
     # Usually each record starts where the one before it ends (they were appended one after
     # the other): one run, one slice. Else the runs are found below.
     if not any(map(ne, physical_offsets[1:], map(add, physical_offsets, sizes))):
         try:
-            run = _run_view(find_file, physical_offsets[0], physical_offsets[-1] + sizes[-1])
+            run = _run_view(recent, find_file, physical_offsets[0],
+                            physical_offsets[-1] + sizes[-1])
             if run is None:
                 return None
             with run:
@@ -123,7 +127,7 @@ def _collect_all(
     try:
         for first, last in zip([0, *breaks], [*(index - 1 for index in breaks), count - 1],
                                strict=True):
-            part = _run_view(find_file, physical_offsets[first], ends[last])
+            part = _run_view(recent, find_file, physical_offsets[first], ends[last])
             if part is None:
                 return None
             parts.append(part)
@@ -135,15 +139,21 @@ def _collect_all(
             part.release()
 
 
-def _run_view(find_file: Callable[[int], MappedFile | None], run_start: int,
+def _run_view(recent: Callable[[int, int], memoryview | None],
+              find_file: Callable[[int], MappedFile | None], run_start: int,
               run_end: int) -> memoryview | None:
     """A view of the commit log's bytes [run_start, run_end) in one segment (the caller
     releases it), or None when no segment holds run_start or the run goes past its written
-    end (or into the next segment).
+    end (or into the next segment). Bytes an append has just written are viewed in the
+    buffer it wrote (``recent``, the log's ``RecentWrites.view``): read through the mapping,
+    each page the writer filled would cost a page fault on its first read.
 
     Raises:
         ValueError: the segment was unmapped (deleted by retention) meanwhile.
     """
+    view = recent(run_start, run_end)
+    if view is not None:
+        return view
     mapped = find_file(run_start)
     if mapped is None:
         return None
