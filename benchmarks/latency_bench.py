@@ -14,11 +14,12 @@ as users run them:
   listener that records and returns) that says when it waits at the end of the topic;
 - a producer offering ``--rate`` single messages a second from ``--concurrency`` coroutines
   on a fixed schedule (a slow reply does not lower the offered load), each body starting with
-  the wall-clock nanoseconds at the ``send`` call. Each coroutine sleeps until its next
-  message is due (``--pacing sleep``, the default); ``--pacing schedule`` gives the same due
-  times from one timer for all of them (``pacing.Schedule``: ~3 µs less of the producer's
-  CPU per message at 20,000 msg/s in process). How late the send calls were against their
-  due times is reported either way.
+  the wall-clock nanoseconds at the ``send`` call. The coroutines take the due times from
+  one timer for all of them (``--pacing schedule``, the default: ``pacing.Schedule``, ~3 µs
+  less of the producer's CPU per message at 20,000 msg/s in process than a sleep each), or
+  each sleeps until its next message is due (``--pacing sleep``, how the figures before
+  2026-11-27 16:50 UTC were taken, and still ``measure``'s default, so ``figures.py``'s).
+  How late the send calls were against their due times is reported either way.
 
 Latency is the consumer's wall clock when the message reaches its code (``poll`` returns it,
 or the listener is called) minus the stamp in the body: nanosecond stamps, not the
@@ -948,11 +949,14 @@ def main() -> int:
     parser.add_argument("--consumer", choices=("pull", "push"), default="pull")
     parser.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH")
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--pacing", choices=("sleep", "schedule"), default="sleep",
+    # schedule by default: the same due times for less of the producer's CPU, and at 20,000
+    # msg/s p99 no worse (RESULTS.md, producer, 2026-11-27: lower in 6 of 9 pairs, the
+    # medians level within the loaded host's spread).
+    parser.add_argument("--pacing", choices=("sleep", "schedule"), default="schedule",
                         help="how the producer's coroutines wait for a message's due time: "
-                             "an asyncio.sleep each (the default, as every recorded figure "
-                             "was taken) or one timer for all (pacing.Schedule: the same due "
-                             "times, less of the producer's CPU)")
+                             "one timer for all (pacing.Schedule, the default: the same due "
+                             "times, less of the producer's CPU) or an asyncio.sleep each "
+                             "(as the figures before 2026-11-27 16:50 UTC were taken)")
     parser.add_argument("--queues", type=int, default=8)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--pull-batch", type=int, default=32)
