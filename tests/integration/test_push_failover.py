@@ -100,12 +100,16 @@ class Member:
         self.out = folder / f"{self.name}.consumed"
         self.status = folder / f"{self.name}.status.json"
         self.log = folder / f"{self.name}.log"
+        # The child's PushConsumer gets the test's client timeouts (tests/client_timeouts.py;
+        # imported here: the child runs this file without tests/ on its path).
+        from client_timeouts import child_pythonpath
+
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, __file__, "child", namesrv, self.name, str(self.out),
                  str(self.status)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                start_new_session=True, env={**os.environ, "PYTHONPATH": child_pythonpath()},
             )
 
     def assignment(self) -> set[str]:

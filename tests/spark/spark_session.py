@@ -16,12 +16,19 @@ from typing import Any
 # Spark's Python workers run this interpreter's PySpark from the installed package, not from
 # the bytecode-less pyspark.zip (the script says why).
 WORKER_PYTHON = Path(__file__).resolve().parent / "worker_python.sh"
+# First on the PYTHONPATH of the JVM and so of its Python workers: their clients get the
+# test's client timeouts (client_timeouts.CHILD_SITE_DIR; not imported here, as a child
+# driver process runs this module without tests/ on its path).
+CHILD_SITE_DIR = Path(__file__).resolve().parent.parent / "child_site"
 
 
 def spark_environment(scratch: Path) -> dict[str, str]:
     """Environment of a Spark driver: loopback only, scratch space under ``scratch``,
-    Python workers started by worker_python.sh with this interpreter."""
+    Python workers started by worker_python.sh with this interpreter, whose clients follow
+    the test's client timeouts (tests/child_site)."""
+    pythonpath = os.environ.get("PYTHONPATH", "")
     return {
+        "PYTHONPATH": os.pathsep.join(p for p in (str(CHILD_SITE_DIR), pythonpath) if p),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOCAL_DIRS": str(scratch / "local"),
         "TMPDIR": str(scratch / "tmp"),

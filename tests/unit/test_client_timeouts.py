@@ -1,9 +1,13 @@
 """The test-wide client timeouts (tests/client_timeouts.py): switched on, clients built
 without timeouts of their own get the generous ones; explicit timeouts win; switched off (as
-for every unit test, this one included), the client's own defaults are back."""
+for every unit test, this one included), the client's own defaults are back. A child process
+started with ``child_pythonpath()`` follows the switch as it was when it started."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +15,7 @@ import pytest
 from client_timeouts import (
     TEST_REQUEST_TIMEOUT_MS,
     TEST_SEND_TIMEOUT_MS,
+    child_pythonpath,
     use_generous_client_timeouts,
 )
 from tidemq.client import Admin, Producer, PullConsumer, PushConsumer
@@ -61,3 +66,35 @@ def test_explicit_timeouts_win_and_built_clients_keep_theirs(generous: None) -> 
     use_generous_client_timeouts(False)
     assert built.send_timeout_ms == TEST_SEND_TIMEOUT_MS
     assert Producer("g", NAMESRV).send_timeout_ms == SEND_TIMEOUT_MS
+
+
+# A child as the push-failover members and Spark's Python workers are: it builds clients
+# after its own imports and prints the timeouts they got.
+CHILD = """
+import sys
+print("client imported at start:", "tidemq.client" in sys.modules)
+from tidemq.client import Producer, PushConsumer
+print(Producer("g", "127.0.0.1:9876").send_timeout_ms,
+      PushConsumer("g", "127.0.0.1:9876").instance.request_timeout_ms,
+      Producer("g", "127.0.0.1:9876", send_timeout_ms=1500).send_timeout_ms)
+"""
+
+
+def child_output() -> list[str]:
+    done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": child_pythonpath()}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_a_child_started_while_switched_on_builds_clients_with_the_test_timeouts(
+        generous: None) -> None:
+    # Switched on in the child only once it imports the client (nothing before: a child
+    # that builds no client pays nothing); explicit timeouts still win there too.
+    assert child_output() == ["client imported at start: False",
+                              f"{TEST_SEND_TIMEOUT_MS} {TEST_REQUEST_TIMEOUT_MS} 1500"]
+
+
+def test_a_child_started_while_switched_off_keeps_the_clients_own_defaults() -> None:
+    assert child_output() == ["client imported at start: False",
+                              f"{SEND_TIMEOUT_MS} {REQUEST_TIMEOUT_MS} 1500"]
