@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -43,6 +44,26 @@ from tls_certs import Pki, make_test_pki
 settings.register_profile("tidemq", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("tidemq")
+
+
+def _build_hypothesis_unicode_tables() -> None:
+    """Have Hypothesis build its Unicode tables now, once, in the process that starts the run.
+
+    ``st.text()``'s default alphabet is ``characters(codec="utf-8")``; the first draw from it
+    in a checkout without the tables (``.hypothesis/unicode_data``, not versioned: every new
+    worktree) encodes every code point to find the encodable ones, 2.6-6.2 s of CPU at load
+    4-10, and the category table besides. That landed inside whichever test drew first in each
+    xdist worker, both workers at once: test_codec_fast_paths' JSON header test took 17.5 s
+    there against 1.4-2 s with the tables built, and at load 50-60 such first tests passed
+    the 300 s per-test timeout. Built here they are read from disk by every later process.
+    """
+    from hypothesis import strategies as st
+    from hypothesis.errors import HypothesisSideeffectWarning
+
+    with warnings.catch_warnings():
+        # Hypothesis warns of slow work while plugins initialize: here it is the point.
+        warnings.simplefilter("ignore", HypothesisSideeffectWarning)
+        st.characters(codec="utf-8").validate()
 
 _config: pytest.Config | None = None
 _forwarded_to: list[int] = []
@@ -94,10 +115,15 @@ def pytest_configure(config: pytest.Config) -> None:
     fixtures' teardowns still stop every server by the PID they started. Under pytest-xdist
     the controller passes the signal on to its workers (which run the tests and own the
     servers) and ends when they have torn down.
+
+    The run's first process (not an xdist worker) also has Hypothesis build its Unicode
+    tables before any test runs (``_build_hypothesis_unicode_tables``).
     """
     global _config
     _config = config
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        _build_hypothesis_unicode_tables()  # before xdist starts its workers
 
 
 @pytest.hookimpl(optionalhook=True)
