@@ -354,8 +354,13 @@ def test_an_unknown_half_is_checked_and_the_answer_ends_it(broker, serve, answer
                 await broker.transaction_service.tick()  # or wait for the broker's own tick
                 check = await producer.next_check()
                 await producer.answer(check, answer)
-                await wait_for(lambda: broker.transaction_service.outcome(half.queue_offset)[0],
-                               "the half to end")
+                # The half is marked ended when its end is queued; its committed copy is
+                # written by the end writer's callback after that (end_writer.py): wait
+                # for both, or the store may be read in between.
+                service = broker.transaction_service
+                await wait_for(lambda: service.outcome(half.queue_offset)[0]
+                               and service.writer.queued_answer(half.queue_offset) is None,
+                               "the half to end and its records to be written")
                 return half, check, stored_anywhere(broker, TOPIC)
             finally:
                 await producer.client.close()
