@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import logging
 import mmap
 import os
 import threading
@@ -47,6 +48,8 @@ from collections.abc import Callable
 
 from tidemq.errors import StoreError, StoreFull
 from tidemq.store.open_files import describe_open_file_error, is_open_file_shortage
+
+logger = logging.getLogger(__name__)
 
 FILE_NAME_DIGITS = 20
 TEMPORARY_SUFFIX = ".tmp"  # a segment being created; see MappedFile.create
@@ -430,8 +433,19 @@ class MappedFile:
         """Unmap the segment and delete its file (see ``close`` for the return value)."""
         closed = self.close()
         if self.path is not None:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                # A volume remounted read-only, or a file made immutable: the segment is
+                # already out of use, so the caller goes on; the file stays, and is loaded
+                # again at the next start (its bytes are still valid records).
+                logger.warning(
+                    "cannot delete segment file %s: %s; it stays on disk and is loaded again "
+                    "at the next start (make the volume writable, then delete it or let "
+                    "retention do so)", self.path, e,
+                )
         return closed
 
     def __repr__(self) -> str:

@@ -157,3 +157,44 @@ def test_the_disk_is_measured_as_df_does_so_kept_back_blocks_delete_nothing(conf
         assert segment_names(store) == names
     finally:
         store.close()
+
+
+def test_a_segment_that_cannot_be_deleted_is_logged_and_retention_goes_on(
+        config, monkeypatch, caplog):
+    """A volume remounted read-only: unlink fails with EROFS. Retention drops the expired
+    segments from use all the same, says which file stayed and why in one warning, and
+    raises nothing (the broker's retention loop would print a traceback every run)."""
+    import errno
+
+    import tidemq.store.mapped_file as mapped_file_module
+
+    store = FileMessageStore(config)
+    try:
+        fill_segments(store, 4)
+        names = segment_names(store)
+        now = local_ms(hour=4)
+        age_segments(config, names[:2], now - 73 * HOUR_MS)
+        age_segments(config, names[2:], now - 71 * HOUR_MS)
+        real_unlink = os.unlink
+
+        def read_only_unlink(path, *args, **kwargs):
+            if os.path.basename(path) in names:
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+            return real_unlink(path, *args, **kwargs)
+
+        monkeypatch.setattr(mapped_file_module.os, "unlink", read_only_unlink)
+        with caplog.at_level("WARNING", logger="tidemq.store.mapped_file"):
+            assert store.run_retention(now, disk_used_ratio=10) == 2
+        assert segment_names(store) == names[2:]
+        assert store.commit_log_min_offset() == 2 * SEGMENT_SIZE
+        warnings = [r for r in caplog.records if r.name == "tidemq.store.mapped_file"]
+        assert len(warnings) == 2
+        for record, name in zip(warnings, names[:2], strict=True):
+            text = record.getMessage()
+            assert name in text and "Read-only file system" in text
+            assert "make the volume writable" in text
+            assert record.exc_info is None
+        commit_log_dir = os.path.join(config.store_path_root_dir, "commitlog")
+        assert all(os.path.exists(os.path.join(commit_log_dir, n)) for n in names[:2])
+    finally:
+        store.close()
