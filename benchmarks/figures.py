@@ -14,7 +14,9 @@ many queues (ASYNC_FLUSH)
   topic of 1 queue (first messages to every queue included);
 latency (``latency_bench.measure``: nanosecond stamps in the bodies)
   ``e2e_pull_2000`` / ``e2e_push_2000``: p99 and p999 at 2,000 msg/s offered by a producer
-  with 16 sends in flight, PullConsumer (long polling, 100 ms polls) or PushConsumer;
+  with 16 sends in flight (paced by one timer, latency_bench's default since 5edfb5f; the
+  tables before it paced by a sleep per message), PullConsumer (long polling, 100 ms
+  polls) or PushConsumer;
   ``e2e_pull_20000``: p99 at 20,000 msg/s; ``e2e_pull_2000_sync``: p99 with SYNC_FLUSH;
 durable
   ``sync_vs_async_batch``: SYNC_FLUSH batch produce over ASYNC_FLUSH batch produce of the

@@ -575,14 +575,15 @@ def probe_environment(probe_dir: str) -> dict[str, str]:
 def measure(namesrv: str, work_dir: str, *, rate: float = 2000, seconds: float = 20,
             consumer_kind: str = "pull", concurrency: int = 16, queues: int = 8,
             size: int = 1024, pull_batch: int = 32, broker_pid: int | None = None,
-            probe_dir: str | None = None, pacing: str = "sleep") -> dict:
+            probe_dir: str | None = None, pacing: str = "schedule") -> dict:
     """One run against a running cluster: a fresh topic of ``queues`` queues, a consumer
     process waiting at its end, a producer process offering ``rate`` msg/s for ``seconds``.
 
     Returns the consumer's figures (``summarize``), the producer's (``producer_*``), CPU
     per message of each process (the broker's when ``broker_pid`` is given), with
     ``probe_dir`` (``--gc``) each process's garbage collections and the broker's loop lag,
-    and the load average at the end.
+    and the load average at the end. ``pacing``: as ``--pacing`` (the same default, so
+    figures.py and queue_ratio_bench.py measure what the command line does).
     """
     from idle import (
         main_thread_sched_s,
