@@ -233,6 +233,7 @@ class BrokerController:
         self.send_back_processor = SendBackProcessor(
             config=parts.config, store=parts.store, identity=parts.identity, role=parts.role,
             topics=parts.topics, groups=parts.groups, schedule=self.schedule_service,
+            register_topics=self.registration.register_topics,
         )
         self.pull_processor = PullMessageProcessor(
             config=parts.config, store=parts.store, identity=parts.identity, role=parts.role,

@@ -30,6 +30,10 @@ creates them (tests/differential/test_retry_delay.py compares the two): an opera
 admin redrive, or a repair consumer reads a dead-letter queue with a plain pull, and nothing
 consumes from it by itself: no consumer subscribes to ``%DLQ%`` topics unless told to.
 
+A retry or dead-letter topic the request creates is registered with the name servers before
+the answer (as Apache's broker does, and as an admin's create is): whoever looks its route
+up after the answer, an operator or a repair consumer, finds it.
+
 Answers: SUCCESS with an empty header, or an error code whose remark names the group, the
 offset and what to do (group unknown, no message at the offset, topic not writable, broker
 not writable, store refused).
@@ -39,7 +43,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from tidemq.broker.config import PERM_READ, PERM_WRITE
@@ -134,6 +138,11 @@ def dead_letter_topic_for(topic_config_manager: TopicConfigManager, group: str) 
     return topic
 
 
+def _absent(topic_config_manager: TopicConfigManager, topics: tuple[str, ...]
+            ) -> tuple[str, ...]:
+    return tuple(topic for topic in topics if topic_config_manager.get(topic) is None)
+
+
 class SendBackRefused(Exception):
     """A check failed: ``code`` and ``remark`` are the response to send."""
 
@@ -154,6 +163,9 @@ class SendBackProcessor:
         topics: retry and dead-letter topics are created on first use.
         groups: the group's retry queues and max reconsume times.
         schedule: the delay levels' count (a retry waits in SCHEDULE_TOPIC_XXXX).
+        register_topics: awaited with the retry or dead-letter topics a request created,
+            before its answer: the broker's name-server registration (which logs failures,
+            never raises); None: nobody is told (a processor tested alone).
     """
 
     def __init__(
@@ -166,6 +178,7 @@ class SendBackProcessor:
         topics: TopicConfigManager,
         groups: SubscriptionGroupManager,
         schedule: ScheduleMessageService,
+        register_topics: Callable[[tuple[str, ...]], Awaitable[object]] | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -174,6 +187,7 @@ class SendBackProcessor:
         self._topics = topics
         self._groups = groups
         self._schedule = schedule
+        self._register_topics = register_topics
         self._random = random.Random()
 
     def register(self, server: RemotingServer) -> None:
@@ -184,11 +198,21 @@ class SendBackProcessor:
         """Answer one send-back request. Never raises for bad input."""
         try:
             header = ConsumerSendMsgBackRequestHeader.from_ext_fields(request.ext_fields)
-            self._send_back(header, request)
         except HeaderFieldError as exc:
             return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        group = header.group
+        absent = _absent(self._topics, (RETRY_GROUP_TOPIC_PREFIX + group,
+                                        DLQ_GROUP_TOPIC_PREFIX + group))
+        try:
+            self._send_back(header, request)
         except SendBackRefused as refused:
             return RemotingCommand.response_to(request, refused.code, refused.remark)
+        finally:
+            # Registered even when the copy was refused after its topic was made: the topic
+            # exists on this broker either way.
+            created = tuple(topic for topic in absent if self._topics.get(topic) is not None)
+            if created and self._register_topics is not None:
+                await self._register_topics(created)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     def _send_back(

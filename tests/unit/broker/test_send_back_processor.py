@@ -14,6 +14,7 @@ import time
 import pytest
 
 from tidemq.broker.config import PERM_READ
+from tidemq.broker.namesrv_registration import NameServerRegistration
 from tidemq.broker.schedule_service import PROPERTY_DELAY_QUEUE_OFFSET
 from tidemq.broker.topic_config_manager import TopicConfig
 from tidemq.protocol.codes import RequestCode, ResponseCode
@@ -155,6 +156,31 @@ def test_delay_level_minus_one_goes_straight_to_the_dead_letter_queue(broker, ha
     assert broker.topic_config_manager.get(DLQ) == TopicConfig(DLQ, 1, 1, perm=6)
     assert broker.topic_config_manager.get(DLQ).perm & PERM_READ, "readable for a redrive"
     assert stored(broker, RETRY) == []
+
+
+def test_the_topics_a_send_back_creates_are_registered_before_its_answer(
+        make_broker, handlers, monkeypatch):
+    """As Apache's broker does: once the answer is out, the name servers route the new
+    dead-letter (and retry) topic, so an operator's or a redrive's route lookup finds it."""
+    registered: list[list[str]] = []
+
+    async def register_topics(self, topics):
+        await asyncio.sleep(0)  # a round trip to the name servers: the answer waits for it
+        registered.append(sorted(topics))
+        return {}
+
+    monkeypatch.setattr(NameServerRegistration, "register_topics", register_topics)
+    broker = make_broker()
+    broker.topic_config_manager.update(TopicConfig("Orders", 1, 1))
+    offset = send(broker, handlers)
+    response = call(broker, handlers, send_back_request(offset, delay_level=-1))
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    assert registered == [[DLQ, RETRY]]
+    # Topics that exist already are not registered again by a send-back.
+    response = call(broker, handlers, send_back_request(offset, delay_level=-1))
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    assert registered == [[DLQ, RETRY]]
+    assert len(stored(broker, DLQ)) == 2
 
 
 def test_a_message_past_its_retries_goes_to_the_dead_letter_queue(broker, handlers):
