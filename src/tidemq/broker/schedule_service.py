@@ -220,6 +220,8 @@ class ScheduleMessageService:
                 store_config.message_delay_level,
             )
         self._offsets = DelayOffsetManager(Path(config_dir) / DelayOffsetTable.file_name)
+        # A slave's copy of the master's offsets that could not be written yet.
+        self._synced_unsaved = False
         self._tasks: list[asyncio.Task[None]] = []
         self._wake: dict[int, asyncio.Event] = {}
         self._idle: set[int] = set()
@@ -314,11 +316,24 @@ class ScheduleMessageService:
 
     async def sync_from_master(self, table: DelayOffsetTable) -> bool:
         """Take the master's delay offsets (a slave's periodic sync; a slave delivers
-        nothing itself) and write them; True when they changed."""
-        if not self._offsets.replace(table):
+        nothing itself) and write them; True when they changed.
+
+        A write that failed (a full disk) is tried again at the next sync even when the
+        offsets did not change since: a slave runs no periodic save of its own.
+
+        Raises:
+            StoreFull, StoreError: the write failed (the offsets are kept in memory).
+        """
+        changed = self._offsets.replace(table)
+        if not changed and not self._synced_unsaved:
             return False
-        await self.persist()
-        return True
+        try:
+            await self.persist()
+        except StoreError:
+            self._synced_unsaved = True
+            raise
+        self._synced_unsaved = False
+        return changed
 
     def offset(self, level: int) -> int:
         """The next queue offset ``level`` will deliver."""

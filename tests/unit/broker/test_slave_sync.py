@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+from pathlib import Path
 
 import orjson
 
@@ -224,19 +225,31 @@ def test_a_copy_that_cannot_be_saved_on_a_full_disk_says_so_without_a_traceback(
     def full_disk(fd: int, data: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
+    saved = Path(slave.config_dir) / "delayOffset.json"
+
     async def scenario():
         async with serve(master):
             slave.role.learn_master(master.broker_address, None)
             monkeypatch.setattr(config_file, "_write_all", full_disk)
             with caplog.at_level(logging.WARNING, logger="tidemq.broker"):
                 assert await slave.slave_sync.sync_all()
+                assert await slave.slave_sync.sync_all()  # still full: no second warning
             monkeypatch.undo()
+            unsaved = saved.exists() and '"2":5' in saved.read_text().replace(" ", "")
+            # Space again: the next round saves the copy, although the master's offsets
+            # did not change since (a slave runs no periodic save of its own).
+            with caplog.at_level(logging.INFO, logger="tidemq.broker"):
+                assert await slave.slave_sync.sync_all()
         await slave.remoting_client.close()
+        return unsaved
 
-    asyncio.run(scenario())
+    assert asyncio.run(scenario()) is False
     assert slave.schedule_service.offset(2) == 5
-    warnings = [r for r in caplog.records if "delay offsets" in r.getMessage()]
+    warnings = [r for r in caplog.records
+                if r.levelno >= logging.WARNING and "delay offsets" in r.getMessage()]
     assert len(warnings) == 1 and warnings[0].exc_info is None
     message = warnings[0].getMessage()
     assert "could not save" in message and "kept in memory" in message
     assert "delayOffset.json" in message and "free disk space on that volume" in message
+    assert '"2":5' in saved.read_text().replace(" ", "").replace("\n", "")
+    assert any("copies the delay offsets of master" in r.getMessage() for r in caplog.records)
