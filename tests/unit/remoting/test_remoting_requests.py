@@ -466,14 +466,21 @@ class _Receiver:
         self.outcomes.append(error)
 
 
+def _echo_unless_held(held: asyncio.Event):
+    """An echo handler that first waits for ``held`` when the request carries ``hold``."""
+
+    async def hold_then_echo(request: RemotingCommand, connection: Connection):
+        if request.ext_fields.get("hold"):
+            await held.wait()
+        return await echo(request, connection)
+
+    return hold_then_echo
+
+
 def test_request_nowait_hands_the_answer_timeout_or_close_to_its_receiver_once(run):
     async def main():
         held = asyncio.Event()
-
-        async def hold_then_echo(request: RemotingCommand, connection: Connection):
-            if request.ext_fields.get("hold"):
-                await held.wait()
-            return await echo(request, connection)
+        hold_then_echo = _echo_unless_held(held)
 
         async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
             server.register(ECHO, hold_then_echo)
@@ -514,11 +521,7 @@ def test_request_nowait_hands_the_answer_timeout_or_close_to_its_receiver_once(r
 def test_invoke_written_answers_as_invoke_does_with_the_request_written_at_the_call(run):
     async def main():
         held = asyncio.Event()
-
-        async def hold_then_echo(request: RemotingCommand, connection: Connection):
-            if request.ext_fields.get("hold"):
-                await held.wait()
-            return await echo(request, connection)
+        hold_then_echo = _echo_unless_held(held)
 
         async with RemotingServer("127.0.0.1", [0]) as server, RemotingClient() as client:
             server.register(ECHO, hold_then_echo)
