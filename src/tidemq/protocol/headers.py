@@ -22,6 +22,7 @@ the single letters ``a``..``n``; ``SendMessageRequestHeader`` reads and writes b
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 import types
 import typing
@@ -422,6 +423,35 @@ class PullMessageResponseHeader(Header):
     next_begin_offset: int = ext_field("nextBeginOffset")
     min_offset: int = ext_field("minOffset")
     max_offset: int = ext_field("maxOffset")
+
+
+# A pull answer's four numbers, in the order ``read_pull_answer_numbers`` returns them.
+_PULL_ANSWER_TEXTS = operator.itemgetter(
+    "suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset")
+
+
+def read_pull_answer_numbers(ext: Mapping[str, str] | None) -> tuple[int, int, int, int] | None:
+    """A PULL_MESSAGE answer's ``(suggestWhichBrokerId, nextBeginOffset, minOffset,
+    maxOffset)`` read straight from its extFields when all four are plain decimals (1 to 18
+    ASCII digits, as a broker writes them); None otherwise: ``PullMessageResponseHeader``
+    then reads them, and names a missing or malformed field.
+
+    Wherever it answers it gives the values the typed header gives (its fast reader takes
+    the same texts), for a fifth of the typed read: a consumer reads one such header per
+    pull answer, several thousand a second (RESULTS.md, consumer).
+    """
+    try:
+        texts = _PULL_ANSWER_TEXTS(ext)  # type: ignore[arg-type]
+        joined = "".join(texts)
+    except (KeyError, TypeError):  # a field missing, no extFields, or a value not a str
+        return None
+    suggested, next_begin, least, most = texts
+    if (joined.isdigit() and joined.isascii() and 0 < len(suggested) <= _DECIMAL_DIGITS_FAST_MAX
+            and 0 < len(next_begin) <= _DECIMAL_DIGITS_FAST_MAX
+            and 0 < len(least) <= _DECIMAL_DIGITS_FAST_MAX
+            and 0 < len(most) <= _DECIMAL_DIGITS_FAST_MAX):
+        return int(suggested), int(next_begin), int(least), int(most)
+    return None
 
 
 # The headers every message's requests carry (its send and its pull, both ways): servers and

@@ -20,6 +20,7 @@ from tidemq.protocol.headers import (
     RegisterBrokerRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
+    read_pull_answer_numbers,
     read_request_header,
 )
 
@@ -220,3 +221,40 @@ def test_typed_values_round_trip_through_strings(offset, group, flag):
     assert headers.ConsumerSendMsgBackRequestHeader.from_ext_fields(header.to_ext_fields()) == (
         header
     )
+
+
+PULL_ANSWER = {"suggestWhichBrokerId": "0", "nextBeginOffset": "1046",
+               "minOffset": "0", "maxOffset": "123456789012345678"}
+
+
+def test_a_pull_answer_s_numbers_read_directly_equal_the_typed_header_s():
+    typed = PullMessageResponseHeader.from_ext_fields(PULL_ANSWER)
+    assert read_pull_answer_numbers(PULL_ANSWER) == (
+        typed.suggest_which_broker_id, typed.next_begin_offset, typed.min_offset,
+        typed.max_offset) == (0, 1046, 0, 123456789012345678)
+    assert read_pull_answer_numbers({**PULL_ANSWER, "bname": "broker-a"}) == (
+        0, 1046, 0, 123456789012345678)  # other keys ignored, as the typed header does
+
+
+@pytest.mark.parametrize("text", [
+    "", "-1", "+1", " 1", "1 ", "1_0", "4.0", "\uff11", "\u00b2", "1234567890123456789",
+    "9223372036854775808", "00000000000000000001", 7, None,
+])
+@pytest.mark.parametrize("key", sorted(PULL_ANSWER))
+def test_a_pull_answer_s_other_texts_are_left_to_the_typed_header(key, text):
+    fields = {**PULL_ANSWER, key: text}
+    assert read_pull_answer_numbers(fields) is None
+    missing = {name: value for name, value in PULL_ANSWER.items() if name != key}
+    assert read_pull_answer_numbers(missing) is None
+    assert read_pull_answer_numbers(None) is None
+
+
+@given(st.lists(st.text(alphabet="0123456789+- _", max_size=20), min_size=4, max_size=4))
+def test_a_pull_answer_s_numbers_agree_with_the_typed_header_whenever_read(texts):
+    fields = dict(zip(sorted(PULL_ANSWER), texts, strict=True))
+    numbers = read_pull_answer_numbers(fields)
+    if numbers is None:
+        return  # the typed header reads it (or names what is wrong), as before
+    typed = PullMessageResponseHeader.from_ext_fields(fields)
+    assert numbers == (typed.suggest_which_broker_id, typed.next_begin_offset,
+                       typed.min_offset, typed.max_offset)

@@ -277,3 +277,39 @@ def test_any_mix_of_layouts_decodes_like_record_by_record(kinds, data):
     eager = decode_records(body)
     assert pulled == [m for i, m in enumerate(eager) if i not in damaged_at]
     assert damaged == [m for i, m in enumerate(eager) if i in damaged_at]
+
+
+def test_the_column_pass_is_tried_only_for_enough_bytes_of_the_first_record_s_size(
+        monkeypatch):
+    tried = []
+    column_pass = pulled_records._decode_same_size
+
+    def spy(source, broker_name, damaged):
+        tried.append(len(source))
+        return column_pass(source, broker_name, damaged)
+
+    monkeypatch.setattr(pulled_records, "_decode_same_size", spy)
+    short = b"".join(same_size(offset) for offset in range(SAME_SIZE_RECORDS_MIN - 1))
+    assert decode_pulled_records(short, damaged=[]) == decode_records(short)
+    assert tried == []  # fewer records than the pass needs: not even tried
+    enough = b"".join(same_size(offset) for offset in range(SAME_SIZE_RECORDS_MIN))
+    assert decode_pulled_records(enough, damaged=[]) == decode_records(enough)
+    assert tried == [len(enough)]
+
+
+def test_topic_names_are_kept_by_their_bytes_and_the_table_stays_bounded(monkeypatch):
+    monkeypatch.setattr(pulled_records, "_TOPIC_NAMES", {})
+    monkeypatch.setattr(pulled_records, "TOPIC_NAMES_MAX", 4)
+
+    def record(topic: bytes, offset: int) -> bytes:
+        return bytes(encode_record(topic=topic, body=b"b", properties=b"", queue_id=0,
+                                   queue_offset=offset))
+
+    topics = [b"T%d" % number for number in range(10)] + [b"T1", "Tö".encode()]
+    for offset, topic in enumerate(topics):
+        (message,) = decode_pulled_records(record(topic, offset))
+        assert message.topic == topic.decode()
+        assert len(pulled_records._TOPIC_NAMES) <= 4
+    first = decode_pulled_records(record(b"Same", 0))[0]
+    again = decode_pulled_records(record(b"Same", 1))[0]
+    assert first.topic == "Same" and again.topic is first.topic  # one string across answers
