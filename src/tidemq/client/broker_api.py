@@ -225,7 +225,11 @@ def decode_pull_response(
     body = response.body
     if status is not PullStatus.FOUND or not body:
         return PullResult(status, next_begin_offset, min_offset, max_offset, [], suggested)
-    messages = decode_messages(body, queue.broker_name, check_crc=check_crc)
+    # decode_messages' two steps, without its call: one call fewer per answer.
+    damaged: list[MessageExt] | None = [] if check_crc else None
+    messages = decode_pulled_records(body, queue.broker_name, damaged=damaged, decompress=True)
+    if damaged:
+        _log_damaged(damaged)
     filtered = 0
     if subscription is not None and subscription.tags:  # not matches_all (a property call)
         tags = subscription.tags
@@ -258,19 +262,24 @@ def decode_messages(
     damaged: list[MessageExt] | None = [] if check_crc else None
     messages = decode_pulled_records(body, broker_name, damaged=damaged, decompress=True)
     if damaged:
-        crc32 = zlib.crc32
-        for message in damaged:
-            crc = crc32(message.body) & 0x7FFFFFFF
-            what = (f"its body CRC is {crc:#010x} but the record says {message.body_crc:#010x}"
-                    if crc != message.body_crc else
-                    "its record flags the body as compressed but it does not inflate")
-            logger.error(
-                "message %s of %s queue %d at queue offset %d is damaged: %s; left out (the "
-                "broker's store holds damaged bytes there: run 'tidemq store check' on it)",
-                message.offset_msg_id, message.topic, message.queue_id, message.queue_offset,
-                what,
-            )
+        _log_damaged(damaged)
     return messages
+
+
+def _log_damaged(damaged: list[MessageExt]) -> None:
+    """Log each record ``decode_pulled_records`` set aside as an ERROR naming it."""
+    crc32 = zlib.crc32
+    for message in damaged:
+        crc = crc32(message.body) & 0x7FFFFFFF
+        what = (f"its body CRC is {crc:#010x} but the record says {message.body_crc:#010x}"
+                if crc != message.body_crc else
+                "its record flags the body as compressed but it does not inflate")
+        logger.error(
+            "message %s of %s queue %d at queue offset %d is damaged: %s; left out (the "
+            "broker's store holds damaged bytes there: run 'tidemq store check' on it)",
+            message.offset_msg_id, message.topic, message.queue_id, message.queue_offset,
+            what,
+        )
 
 
 # -- offsets ------------------------------------------------------------------------------------

@@ -748,12 +748,15 @@ class PullConsumer(ClientLifecycle):
         offset = state.fetch_offset
         assert offset is not None
         template = state.pull_template
-        pull = (template.render(offset) if template is not None
-                else broker_api.pull_request_fields(
-                    self.group, queue, offset, self.pull_batch_size, subscription,
-                    suspend_timeout_ms=self.long_polling_suspend_ms))
         parked = ParkedPull(self, state, epoch, offset, address, subscription)
-        if not send_parked_pull(connection, pull, state.pull_timeout_ms, parked):
+        if template is not None:  # send_parked_pull's common case, without its call
+            sent = connection.request_nowait(template.render(offset), state.pull_timeout_ms,
+                                             parked)
+        else:
+            sent = send_parked_pull(connection, broker_api.pull_request_fields(
+                self.group, queue, offset, self.pull_batch_size, subscription,
+                suspend_timeout_ms=self.long_polling_suspend_ms), state.pull_timeout_ms, parked)
+        if not sent:
             return False
         state.parked = parked
         return True

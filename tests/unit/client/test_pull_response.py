@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from tidemq.client.broker_api import decode_pull_response
@@ -68,3 +70,15 @@ def test_a_bad_header_is_an_error_naming_the_field_and_the_broker(fields, named)
 def test_an_error_code_is_rejected_before_the_header_is_read():
     with pytest.raises(BrokerRejected):
         decode_pull_response(answer(None, code=1), QUEUE, None)
+
+
+def test_a_damaged_record_is_left_out_of_the_answer_and_named(caplog):
+    damaged = bytearray(stored(1045, "paid"))
+    damaged[88] ^= 0x04  # the body's first byte (after the 88-byte fixed part)
+    body = stored(1044, "paid") + bytes(damaged) + stored(1046, "paid")
+    caplog.set_level(logging.ERROR, logger="tidemq.client.broker_api")
+    result = decode_pull_response(answer(HEADER, body), QUEUE, None)
+    assert [m.queue_offset for m in result.messages] == [1044, 1046]
+    assert "Orders queue 2 at queue offset 1045 is damaged" in caplog.text
+    unchecked = decode_pull_response(answer(HEADER, body), QUEUE, None, check_crc=False)
+    assert [m.queue_offset for m in unchecked.messages] == [1044, 1045, 1046]
