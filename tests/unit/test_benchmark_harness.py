@@ -116,6 +116,17 @@ def test_store_put_cost_bench_hands_a_group_over_as_columns(tmp_path):
     assert median["us_per_message"] > 0 and median["calls_per_message"] > 1
 
 
+def test_put_answer_cost_bench_serves_its_groups_through_the_send_route(tmp_path):
+    # The groups reach the send route's group handler with their columns read ahead (the
+    # child exits with an error when the store leaves them to the message path).
+    report = last_json(run_harness("put_answer_cost_bench.py", "--group", "2", "--groups", "5",
+                                   "--repeats", "1", "--runs", "1", "--dir", str(tmp_path),
+                                   "--json").stdout)
+    median = report["median"]["A"]
+    assert median["us_per_message"] > 0 and median["calls_per_message"] > 10
+    assert report["group"] == 2 and len(report["runs"]["A"]) == 1
+
+
 def test_queue_file_bench_measures_both_ways(tmp_path):
     out = run_harness("queue_file_bench.py", "--queues", "17", "--rounds", "1",
                       "--dir", str(tmp_path)).stdout

@@ -122,7 +122,7 @@ from tidemq.protocol.message import (
     decode_properties,
 )
 from tidemq.protocol.msgid import new_unique_key, new_unique_keys
-from tidemq.protocol.send_answers import encode_send_answers
+from tidemq.protocol.send_answers import encode_offset_send_answers, encode_send_answers
 from tidemq.remoting.dispatch import EncodedAnswers, LaterResponse
 from tidemq.store.batch_properties import merge_batch_properties
 from tidemq.store.config import FlushDiskType
@@ -485,9 +485,9 @@ class SendMessageProcessor:
             if put.durable is None and self._role.stored_status_now(
                     put.first_result()) is _PUT_OK:
                 config = self._config
-                frames = encode_send_answers(
-                    sends.opaques, put.msg_ids, sends.queue_ids, put.queue_offsets,
-                    region=config.region_id, trace_on=config.trace_on,
+                frames = encode_offset_send_answers(
+                    sends.opaques, put.msg_id_host, put.physical_offsets, sends.queue_ids,
+                    put.queue_offsets, region=config.region_id, trace_on=config.trace_on,
                     version=TIDEMQ_VERSION)
                 if frames is not None:
                     return EncodedAnswers(frames, _SUCCESS)

@@ -173,6 +173,21 @@ class ConsumeQueue:
             spare.reserve(end - start)
             start += self.file_size
 
+    def next_offset_with_room(self, entry_count: int) -> int:
+        """``max_offset`` after ``ensure_room(entry_count)``: the queue offset the next entry
+        takes, with room made for ``entry_count`` entries from it.
+
+        Raises:
+            StoreFull / StoreError: as ``ensure_room``.
+        """
+        last = self.queue.last_file()
+        if last is not None:
+            position = last.write_position
+            if position + entry_count * ENTRY_SIZE <= last.reserved_position:
+                return (last.file_from_offset + position) // ENTRY_SIZE  # ensure_room's case
+        self.ensure_room(entry_count)
+        return self.max_offset
+
     def put(self, queue_offset: int, entries: bytes, store_timestamp: int) -> None:
         """Write packed entries whose first has ``queue_offset``.
 

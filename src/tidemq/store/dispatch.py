@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from tidemq.protocol.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -26,7 +26,7 @@ from tidemq.protocol.message import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from tidemq.store.config import SCHEDULE_TOPIC
-from tidemq.store.consume_queue import ENTRY, ENTRY_SIZE, pack_entries
+from tidemq.store.consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue, pack_entries
 from tidemq.store.consume_queue_table import ConsumeQueueTable
 from tidemq.store.record_check import DispatchFields
 from tidemq.store.record_encoder import (
@@ -39,13 +39,31 @@ from tidemq.store.record_encoder import (
 _pack_entry = ENTRY.pack
 
 
+class QueueRun(NamedTuple):
+    """A queue group's records of one queue: its first queue offset and how many."""
+
+    queue: ConsumeQueue
+    first_offset: int
+    count: int
+
+
+class QueueRuns(NamedTuple):
+    """A queue group's records by queue, as its append found them: ``order`` the records'
+    positions in queue order (ascending queue ids, each queue's in arrival order), ``runs``
+    each queue's run of them in that order."""
+
+    order: list[int]
+    runs: list[QueueRun]
+
+
 @dataclass(slots=True)
 class DispatchBatch:
     """Consecutive records of one queue, as dispatchers need them.
 
     A queue group (records of one topic in several queues, appended together) sets
     ``queue_ids`` and ``queue_offsets``, each record's own; ``queue_id`` and ``queue_offset``
-    are then the first record's.
+    are then the first record's. Its append may also give ``queue_runs`` (the records by
+    queue), which must agree with those.
     """
 
     topic: str
@@ -60,6 +78,7 @@ class DispatchBatch:
     indexed: bool  # gets index keys
     queue_ids: list[int] | None = None
     queue_offsets: list[int] | None = None
+    queue_runs: QueueRuns | None = None
 
 
 class Dispatcher(Protocol):
@@ -130,6 +149,10 @@ class ConsumeQueueDispatcher:
         # The records ordered by queue (a stable sort: each queue's in arrival order), their
         # entries packed in that order with one struct call, and each queue's run put at
         # once: no Python step per record.
+        queue_runs = batch.queue_runs
+        if queue_runs is not None:  # as the append found them
+            self._put_runs(batch, queue_runs)
+            return
         queue_ids: list[int] = batch.queue_ids  # type: ignore[assignment]  # a queue group
         queue_offsets: list[int] = batch.queue_offsets  # type: ignore[assignment]
         order = sorted(range(len(queue_ids)), key=queue_ids.__getitem__)
@@ -145,6 +168,22 @@ class ConsumeQueueDispatcher:
             get_or_create(batch.topic, queue_id).put(
                 queue_offsets[order[start]], entries[start * ENTRY_SIZE:end * ENTRY_SIZE],
                 batch.store_timestamp)
+            start = end
+
+    @staticmethod
+    def _put_runs(batch: DispatchBatch, queue_runs: QueueRuns) -> None:
+        # ``_dispatch_group`` with the order and each queue's run already known.
+        order = queue_runs.order
+        entries = pack_entries(
+            list(map(batch.physical_offsets.__getitem__, order)),
+            list(map(batch.sizes.__getitem__, order)),
+            list(map(batch.tag_codes.__getitem__, order)),
+        )
+        store_timestamp = batch.store_timestamp
+        start = 0
+        for queue, first_offset, count in queue_runs.runs:
+            end = start + count * ENTRY_SIZE
+            queue.put(first_offset, entries[start:end], store_timestamp)
             start = end
 
 

@@ -984,7 +984,7 @@ class IndexService:
         # stored a few together): their columns are too short to hash as a batch, so they
         # were hashed one key at a time, at twice the cost of hashing all keys together.
         columns: Sequence[Sequence[str]]
-        if isinstance(key_lists, KeyColumns):
+        if type(key_lists) is KeyColumns:  # not isinstance: key_columns.key_count says why
             columns = key_lists.columns  # as the batch path made them: no zip there and back
             width = len(columns)
             if width > len(key_lists):

@@ -252,10 +252,12 @@ class SendColumns:
 class SendColumnsPut:
     """What ``put_send_columns`` did, in columns: message ``i`` stored at
     ``physical_offsets[i]`` (``sizes[i]`` bytes), queue offset ``queue_offsets[i]`` of its
-    queue, answered with ``msg_ids[i]``. Under SYNC_FLUSH ``durable`` is the group's one
-    future (as each message's result of ``put_message_group`` carries it). A status other
-    than PUT_OK (with its remark) means nothing of the group was stored: the columns are
-    then empty and ``count`` says how many messages were refused.
+    queue, answered with ``msg_ids[i]``: ``msg_id_host`` (the store host's part of an offset
+    msg id) followed by ``physical_offsets[i]`` as 16 uppercase hex digits, made only when
+    asked for (an answer template writes the two parts itself). Under SYNC_FLUSH ``durable``
+    is the group's one future (as each message's result of ``put_message_group`` carries
+    it). A status other than PUT_OK (with its remark) means nothing of the group was stored:
+    the columns are then empty and ``count`` says how many messages were refused.
     """
 
     status: PutStatus
@@ -264,16 +266,24 @@ class SendColumnsPut:
     physical_offsets: list[int] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
     queue_offsets: list[int] = field(default_factory=list)
-    msg_ids: list[str] = field(default_factory=list)
+    msg_id_host: str = ""
     store_timestamp: int = 0
     durable: Future[PutStatus] | None = None
+
+    @property
+    def msg_ids(self) -> list[str]:
+        """Each message's offset msg id (see the class docstring)."""
+        host = self.msg_id_host
+        return [f"{host}{offset:016X}" for offset in self.physical_offsets]
 
     def first_result(self) -> PutResult:
         """The first message's ``PutResult``, as ``put_message_group`` gives it."""
         if self.status is not PutStatus.PUT_OK:
             return PutResult(self.status, self.remark)
         return PutResult(PutStatus.PUT_OK, "", self.physical_offsets[0], self.sizes[0],
-                         self.queue_offsets[0], [self.msg_ids[0]], self.store_timestamp, 1,
+                         self.queue_offsets[0],
+                         [f"{self.msg_id_host}{self.physical_offsets[0]:016X}"],
+                         self.store_timestamp, 1,
                          self.durable)
 
     def put_results(self) -> list[PutResult]:
@@ -444,6 +454,16 @@ class MessageStore(abc.ABC):
 
         It runs on the appending thread after the append lock is released; keep it short.
         """
+
+    def add_append_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` when a dispatch listener would be called, but once for an
+        append that wrote several queues together (a queue group): for those who need to
+        know that the log grew, not which queues did (a master's replication stream).
+
+        It runs on the appending thread after the append lock is released; keep it short.
+        This default calls it after each dispatch to a queue.
+        """
+        self.add_dispatch_listener(lambda _topic, _queue_id, _max_offset: listener())
 
     def prepare_queue_files(self, topic: str, queue_count: int) -> None:  # noqa: B027
         """Make, in the background, the first files of ``topic``'s queues 0 .. queue_count-1

@@ -46,7 +46,7 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from itertools import chain, repeat
 from operator import and_, attrgetter
@@ -58,7 +58,6 @@ from tidemq.protocol.msgid import encode_offset_msg_id
 from tidemq.store import queue_reads, rebuild, recovery
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.config import SCHEDULE_TOPIC, StoreConfig
-from tidemq.store.consume_queue import ConsumeQueue
 from tidemq.store.consume_queue_table import ConsumeQueueTable
 from tidemq.store.disk_space import DiskSpaceGuard
 from tidemq.store.dispatch import (
@@ -67,6 +66,8 @@ from tidemq.store.dispatch import (
     Dispatcher,
     IndexDispatcher,
     KeyIndex,
+    QueueRun,
+    QueueRuns,
 )
 from tidemq.store.epochs import EpochFile
 from tidemq.store.flush import GroupCommitService
@@ -159,6 +160,7 @@ class StoreCore(MessageStore):
         if index is not None:
             self._dispatchers.append(IndexDispatcher(index))
         self._listeners: list[DispatchListener] = []
+        self._append_listeners: list[Callable[[], None]] = []
         self._append_lock = threading.Lock()
         self._delay_level_ms = config.delay_level_ms()
         RetentionPolicy.from_config(config)  # checks the retention settings at open
@@ -282,11 +284,11 @@ class StoreCore(MessageStore):
         return self._columns_put(batch, appended)
 
     def _columns_put(self, batch: EncodedBatch, appended: _GroupAppended) -> SendColumnsPut:
-        """A stored queue group's results in columns, its msg ids made from the offsets."""
+        """A stored queue group's results in columns (its msg ids made when asked for)."""
         physical_offsets, queue_offsets, store_timestamp, durable = appended
         return SendColumnsPut(
             PutStatus.PUT_OK, "", len(batch.sizes), physical_offsets, batch.sizes, queue_offsets,
-            _offset_msg_ids(self._msg_id_prefix, physical_offsets), store_timestamp, durable)
+            self._msg_id_prefix, store_timestamp, durable)
 
     def _append_queue_group(self, batch: EncodedBatch) -> _GroupAppended | PutResult:
         """Append a queue group encoded outside the lock (theory, step 2 and 3): each
@@ -294,28 +296,31 @@ class StoreCore(MessageStore):
         dispatch. What was appended, or the one failure that stands for every message."""
         topic = batch.topic
         queue_ids: list[int] = batch.queue_ids  # type: ignore[assignment]
+        count = len(queue_ids)
+        # The records in queue order (a stable sort: each queue's in arrival order) and each
+        # queue's run of them, made once for the queue offsets and the consume-queue entries
+        # (dispatch.py), with no Python step per record.
+        order = sorted(range(count), key=queue_ids.__getitem__)
         with self._append_lock:
             if self._closed or self._not_writable_reason is not None:
                 return self._unavailable()
-            # Each record's queue offset: the next of its queue (first offsets from the
-            # queues, one lookup per queue).
-            queues: dict[int, ConsumeQueue] = {}
-            first_offsets: dict[int, int] = {}
-            next_offsets: dict[int, int] = {}
-            queue_offsets: list[int] = []
-            add_offset = queue_offsets.append
-            for queue_id in queue_ids:
-                offset = next_offsets.get(queue_id)
-                if offset is None:
-                    queue = queues[queue_id] = self.queues.get_or_create(topic, queue_id)
-                    offset = first_offsets[queue_id] = queue.max_offset
-                add_offset(offset)
-                next_offsets[queue_id] = offset + 1
             store_timestamp = max(batch.store_timestamp, self.commit_log.last_store_timestamp)
             log_end = self.commit_log.max_offset()
+            get_or_create = self.queues.get_or_create
+            runs: list[QueueRun] = []
+            run_offsets: list[range] = []
             try:
-                for queue_id, queue in queues.items():
-                    queue.ensure_room(next_offsets[queue_id] - first_offsets[queue_id])
+                # Each queue's first offset (its max offset), with room made for its run.
+                for queue_id in sorted(set(queue_ids)):
+                    run_length = queue_ids.count(queue_id)
+                    queue = get_or_create(topic, queue_id)
+                    first = queue.next_offset_with_room(run_length)
+                    runs.append(QueueRun(queue, first, run_length))
+                    run_offsets.append(range(first, first + run_length))
+                # Each record's queue offset: the runs' offsets, in queue order, put back
+                # in record order (``any`` only drives the C-level map of __setitem__).
+                queue_offsets = [0] * count
+                any(map(queue_offsets.__setitem__, order, chain.from_iterable(run_offsets)))
                 self._ensure_index_room(batch)
                 physical_offsets = self.commit_log.append(
                     batch, 0, 1, store_timestamp, queue_offsets
@@ -323,10 +328,9 @@ class StoreCore(MessageStore):
             except StoreError as e:
                 return self._append_failed(batch, log_end, e)
             self._dispatch(batch, queue_offsets[0], physical_offsets, store_timestamp,
-                           queue_offsets)
+                           queue_offsets, QueueRuns(order, runs))
             end_offset = self.commit_log.max_offset()
-        for queue_id, max_offset in next_offsets.items():
-            self._notify(topic, queue_id, max_offset)
+        self._notify_runs(topic, runs)
         durable = self._group_commit.request(end_offset) if self._group_commit else None
         return _GroupAppended(physical_offsets, queue_offsets, store_timestamp, durable)
 
@@ -379,7 +383,7 @@ class StoreCore(MessageStore):
                 self.last_dispatched_timestamp = store_timestamp
             except StoreError as e:
                 self._dispatch_failed(e)
-        if self._listeners:
+        if self._listeners or self._append_listeners:
             self._notify(topic, queue_id, queue_offset + 1)
         group_commit = self._group_commit
         durable = (group_commit.request(physical_offset + size) if group_commit is not None
@@ -567,6 +571,7 @@ class StoreCore(MessageStore):
         physical_offsets: list[int],
         store_timestamp: int,
         queue_offsets: list[int] | None = None,
+        queue_runs: QueueRuns | None = None,
     ) -> None:
         tag_codes = batch.tag_codes
         if batch.delay_levels is not None:
@@ -590,6 +595,7 @@ class StoreCore(MessageStore):
             indexed=batch.indexed,
             queue_ids=batch.queue_ids,
             queue_offsets=queue_offsets,
+            queue_runs=queue_runs,
         )
         try:
             for dispatcher in self._dispatchers:
@@ -659,6 +665,25 @@ class StoreCore(MessageStore):
             except Exception:
                 # A listener's bug must not fail an append that already happened.
                 logger.exception("dispatch listener %r failed", listener)
+        self._notify_appended()
+
+    def _notify_appended(self) -> None:
+        for listener in self._append_listeners:
+            try:
+                listener()
+            except Exception:
+                logger.exception("append listener %r failed", listener)
+
+    def _notify_runs(self, topic: str, runs: list[QueueRun]) -> None:
+        # ``_notify`` of each queue a queue group wrote, listener by listener.
+        for listener in self._listeners:
+            for queue, first_offset, count in runs:
+                try:
+                    listener(topic, queue.queue_id, first_offset + count)
+                except Exception:
+                    # A listener's bug must not fail an append that already happened.
+                    logger.exception("dispatch listener %r failed", listener)
+        self._notify_appended()  # once for the group
 
     def _write_refusal(self) -> str | None:
         """Why the store takes no write now, or None: closed, stopped after a failure, or
@@ -677,6 +702,11 @@ class StoreCore(MessageStore):
     def add_dispatch_listener(self, listener: DispatchListener) -> None:
         """Call ``listener(topic, queue_id, max_offset)`` after each dispatch to a queue."""
         self._listeners.append(listener)
+
+    def add_append_listener(self, listener: Callable[[], None]) -> None:
+        """See ``MessageStore.add_append_listener``: called with the dispatch listeners,
+        once for a queue group."""
+        self._append_listeners.append(listener)
 
     # -- reads ----------------------------------------------------------------------------------
 

@@ -159,6 +159,26 @@ def test_dispatch_listeners_hear_each_queue_of_the_group_once_with_its_max_offse
     )
 
 
+def test_append_listeners_hear_a_queue_group_once_and_other_appends_per_queue(store):
+    appended: list[int] = []
+    dispatched: list[int] = []
+
+    def broken() -> None:
+        raise RuntimeError("a listener's bug")
+
+    store.add_append_listener(broken)  # logged, and the others still hear
+    store.add_append_listener(lambda: appended.append(store.commit_log_max_offset()))
+    store.add_dispatch_listener(lambda topic, queue_id, max_offset: dispatched.append(
+        max_offset))
+    # 15 messages over two topics: a queue group per topic, three queues each.
+    results = store.put_message_group(interleaved(15))
+    assert all(result.ok for result in results)
+    assert len(dispatched) == 6 and len(appended) == 2
+    assert appended[-1] == store.commit_log_max_offset()
+    store.put_message(message("Orders", 1, b"alone"))  # one queue: as a dispatch listener
+    assert len(dispatched) == 7 and len(appended) == 3
+
+
 def test_grouped_appends_survive_a_restart_with_their_queues(tmp_path):
     from store_helpers import small_config
 

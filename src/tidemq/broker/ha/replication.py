@@ -142,10 +142,10 @@ class Replication:
             ) from e
         # A restarted service keeps its port: slaves and the name servers know it.
         self._ha_port = service.port
-        add_listener = getattr(self._store, "add_dispatch_listener", None)
+        add_listener = getattr(self._store, "add_append_listener", None)
         if add_listener is not None and not self._listening:
             self._listening = True
-            add_listener(lambda _topic, _queue_id, _max_offset: self.notify_appended())
+            add_listener(self.notify_appended)
 
     async def stop(self) -> None:
         """Stop streaming, close connections, fail waiting sends."""
