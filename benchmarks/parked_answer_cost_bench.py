@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from answering_peer import CountingTransport
 from variants import rotated, src_variants
@@ -49,9 +50,30 @@ WARM_UP_CYCLES = 200
 BLOCK_CYCLES = 100
 
 
-async def _consumer_child(reads: int, messages: int, queues: int) -> tuple[float, float]:
+class _InterpreterSteps:
+    """A trace function counting the Python calls (coroutine resumptions included) and the
+    bytecode instructions executed while it is set: figures that do not move with the
+    host's speed (C work, a body's copy or CRC, is not in them)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.opcodes = 0
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            self.opcodes += 1
+        elif event == "call":
+            self.calls += 1
+            frame.f_trace_opcodes = True
+            frame.f_trace_lines = False
+        return self
+
+
+async def _consumer_child(reads: int, messages: int, queues: int,
+                          count_steps: bool = False) -> tuple[float, float]:
     """µs of this process per message: the median of the blocks of ``BLOCK_CYCLES`` cycles,
-    and the least block."""
+    and the least block; with ``count_steps``, Python opcodes and calls per message over
+    ``reads`` cycles instead (traced, so not timed)."""
     import tidemq.client.pull_consumer as pull_consumer
     from tidemq import PullConsumer
     from tidemq.client.message import MessageQueue
@@ -114,6 +136,22 @@ async def _consumer_child(reads: int, messages: int, queues: int) -> tuple[float
         return b"".join(answers)
 
     per_cycle = queues * messages
+    if count_steps:
+        steps = _InterpreterSteps()
+        for cycle in range(WARM_UP_CYCLES + reads):
+            read = read_of_answers()
+            wanted = polled[0] + per_cycle
+            counted = cycle >= WARM_UP_CYCLES
+            if counted:  # from the read handed over to the cork's flush, as the timing
+                sys.settrace(steps)
+            connection.data_received(read)
+            while polled[0] < wanted:
+                await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the cork's flush
+            if counted:
+                sys.settrace(None)
+        task.cancel()
+        return steps.opcodes / reads / per_cycle, steps.calls / reads / per_cycle
     cycles_ns = []
     for _ in range(WARM_UP_CYCLES + reads):
         read = read_of_answers()
@@ -131,6 +169,35 @@ async def _consumer_child(reads: int, messages: int, queues: int) -> tuple[float
     return statistics.median(blocks), min(blocks)
 
 
+def _count_steps(variants: list[tuple[str, str]], args: argparse.Namespace) -> int:
+    """Each variant's Python opcodes and calls per message and per answer (one run each:
+    the counts do not vary)."""
+    figures = {}
+    for name, src in variants:
+        done = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--reads", str(args.reads),
+             "--messages", str(args.messages), "--queues", str(args.queues), "--steps",
+             "--child"],
+            env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True,
+            timeout=600)
+        if done.returncode:
+            sys.stderr.write(done.stderr)
+            raise SystemExit(f"parked_answer_cost_bench: variant {name} ({src}) exited "
+                             f"{done.returncode}; its output is above")
+        figures[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    if args.json:
+        print(json.dumps({"messages": args.messages, "queues": args.queues, "steps": figures}))
+        return 0
+    print(f"consumer, {args.queues} answers per read, {args.messages} messages each, "
+          f"{args.reads} reads traced (Python opcodes and calls, the harness's own few "
+          "included):")
+    for name, counted in figures.items():
+        opcodes, calls = counted["opcodes_per_message"], counted["calls_per_message"]
+        print(f"{name:<10} {opcodes:.1f} opcodes and {calls:.2f} calls per message, "
+              f"{opcodes * args.messages:.0f} and {calls * args.messages:.1f} per answer")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reads", type=int, default=2000, help="timed reads per run")
@@ -141,6 +208,9 @@ def main() -> int:
                         help="messages in each answer")
     parser.add_argument("--queues", type=int, default=8,
                         help="queues parked, each answered in every read")
+    parser.add_argument("--steps", action="store_true",
+                        help="count Python opcodes and calls per message instead of timing "
+                             "(the same in every run, whatever the host's speed)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -149,10 +219,17 @@ def main() -> int:
     if args.child:
         from tidemq.remoting.loop import run
 
+        if args.steps:
+            opcodes, calls = run(_consumer_child(args.reads, args.messages, args.queues,
+                                                 count_steps=True))
+            print(json.dumps({"opcodes_per_message": opcodes, "calls_per_message": calls}))
+            return 0
         cost, least = run(_consumer_child(args.reads, args.messages, args.queues))
         print(json.dumps({"us_per_message": cost, "least_us_per_message": least}))
         return 0
     variants = src_variants(args.variant)
+    if args.steps:
+        return _count_steps(variants, args)
     costs: dict[str, list[float]] = {name: [] for name, _ in variants}
     leasts: dict[str, list[float]] = {name: [] for name, _ in variants}
     work_dir = tempfile.mkdtemp(prefix="parked-answer-cost-")
