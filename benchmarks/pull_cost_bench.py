@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/pull_cost_bench.py [--pulls 8000] [--runs 3]
         [--variant NAME=SRC ...] [--messages 4] [--queues 8] [--per-read 1]
-        [--mode parked|found] [--json]
+        [--mode parked|found] [--interleaved] [--json]
 
 At 20,000 msg/s (latency_bench.py, 64 sends in flight, one PullConsumer with long polling,
 8 queues) the consumer's pulls reach the broker, mostly find nothing new and park, and are
@@ -22,6 +22,11 @@ drops what it is given, as send_cost_bench.py ``--connection`` does. Each cycle,
   messages per queue are stored (not timed) and the hold service's wake runs as a send's
   does (``wake_now``): every parked pull is re-read and answered, and the answers written;
 - ``--mode found``: the messages are stored first, so each pull is answered as it arrives.
+
+The messages of a cycle are stored queue by queue (each queue's records adjacent in the
+commit log), or with ``--interleaved`` spread over the queues in turn, as a producer's queue
+selection spreads its sends at 20,000 msg/s (each queue's records apart: a pull's records are
+sliced one by one).
 
 Timed (``time.thread_time``): the reads of pulls handed to the connection and the wake with
 its answers; the stores in between are not. Each variant (``NAME=SRC``; ``.`` is this
@@ -58,7 +63,7 @@ SUSPEND_MS = 20_000
 
 
 async def _broker_child(work_dir: str, pulls: int, messages: int, queues: int, per_read: int,
-                        mode: str) -> tuple[float, float]:
+                        mode: str, interleaved: bool) -> tuple[float, float]:
     from tidemq.broker.config import BrokerConfig
     from tidemq.broker.controller import BrokerController
     from tidemq.broker.topic_config_manager import TopicConfig
@@ -95,8 +100,12 @@ async def _broker_child(work_dir: str, pulls: int, messages: int, queues: int, p
             return RemotingCommand.request(11, fields).encode()
 
         def store_messages() -> None:
+            if interleaved:
+                order = [queue_id for _ in range(messages) for queue_id in range(queues)]
+            else:
+                order = [queue_id for queue_id in range(queues) for _ in range(messages)]
             batch = [StoreMessage(TOPIC, queue_id, BODY, {"UNIQ_KEY": new_unique_key()})
-                     for queue_id in range(queues) for _ in range(messages)]
+                     for queue_id in order]
             holds.wake_after_put()
             store.put_message_group(batch)
             for queue_id in range(queues):
@@ -152,6 +161,8 @@ def main() -> int:
     parser.add_argument("--queues", type=int, default=8)
     parser.add_argument("--per-read", type=int, default=1, help="pulls that arrive in one read")
     parser.add_argument("--mode", choices=("parked", "found"), default="parked")
+    parser.add_argument("--interleaved", action="store_true",
+                        help="store a cycle's messages over the queues in turn")
     parser.add_argument("--dir", default=os.path.join(os.path.dirname(__file__), "out"))
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child-store", help=argparse.SUPPRESS)
@@ -160,7 +171,8 @@ def main() -> int:
         from tidemq.remoting.loop import run
 
         cost, least = run(_broker_child(args.child_store, args.pulls, args.messages,
-                                        args.queues, args.per_read, args.mode))
+                                        args.queues, args.per_read, args.mode,
+                                        args.interleaved))
         print(json.dumps({"us_per_pull": cost, "least_us_per_pull": least}))
         return 0
     variants = src_variants(args.variant)
@@ -176,6 +188,7 @@ def main() -> int:
                     [sys.executable, os.path.abspath(__file__), "--pulls", str(args.pulls),
                      "--messages", str(args.messages), "--queues", str(args.queues),
                      "--per-read", str(args.per_read), "--mode", args.mode,
+                     *(["--interleaved"] if args.interleaved else []),
                      "--child-store", store],
                     env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True,
                     timeout=600)
@@ -200,7 +213,8 @@ def main() -> int:
                           "runs": costs}))
     else:
         load = " ".join(f"{value:.1f}" for value in os.getloadavg())
-        print(f"broker, --mode {args.mode}, {args.messages} messages per pull, "
+        layout = "interleaved" if args.interleaved else "queue by queue"
+        print(f"broker, --mode {args.mode}, {args.messages} messages per pull ({layout}), "
               f"{args.per_read} pulls per read: {args.pulls} pulls x {REPEATS} per run, "
               f"median of {args.runs} runs (load average {load}):")
         for name, value in medians.items():

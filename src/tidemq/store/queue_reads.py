@@ -11,11 +11,14 @@ first read), and the slices are joined once into the body.
 
 Most pulls want every tag and read a stretch of the queue that fits the byte bound, with no
 filler and nothing below the log's minimum or its verified start: those are read by columns
-(``_collect_all``). The entries' offsets and sizes are unpacked at once, the places where one
-record does not follow the previous one in the log are found with ``map`` (no Python step per
-entry), and each run of adjacent records is checked and sliced as one. Any other case (a tag
-filter, a filler, a removed or unverified record, a run leaving its segment's written part)
-goes through the entry-by-entry loop (``_collect``), which reads it as before.
+(``_collect_all``). The entries' offsets and sizes are unpacked at once and checked with
+``min``/``sum``; records that follow each other in the log (a queue written alone) are one
+slice; records that other queues' records separate (queues written together, the usual
+case at 20,000 msg/s) are sliced one by one and joined by ``map`` and ``bytes.join``, with
+no Python step per record, from the appended buffers when they hold them, else from the one
+segment's mapping. Any other case (a tag filter, a filler, a removed or unverified record,
+records leaving one segment's written part) goes through the entry-by-entry loop
+(``_collect``), which reads it as before.
 
 Searching by time is a binary search over the queue's entries, reading each probed record's
 store time from the commit log (store times grow with the log).
@@ -25,8 +28,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Collection
-from itertools import compress
-from operator import add, ne
+from itertools import repeat
+from operator import add, sub
 
 from tidemq.protocol.message import POSITION_PHYSICAL_OFFSET
 from tidemq.store.commit_log import CommitLog
@@ -106,36 +109,50 @@ def _collect_all(
         return None
     if min(physical_offsets) < max(commit_log.min_offset(), commit_log.verified_from):
         return None  # removed by retention, or not verified at open: the loop says which
-    find_file = commit_log.find_file
-    recent = commit_log.recent.view
-    # Usually each record starts where the one before it ends (they were appended one after
-    # the other): one run, one slice. Else the runs are found below.
-    if not any(map(ne, physical_offsets[1:], map(add, physical_offsets, sizes))):
-        try:
-            run = _run_view(recent, find_file, physical_offsets[0],
-                            physical_offsets[-1] + sizes[-1])
+    ends = tuple(map(add, physical_offsets, sizes))
+    try:
+        # Usually, for a queue written alone, each record starts where the one before it
+        # ends (they were appended one after the other): one run, one slice.
+        if physical_offsets[1:] == ends[:-1]:
+            run = _run_view(commit_log.recent.view, commit_log.find_file, physical_offsets[0],
+                            ends[-1])
             if run is None:
                 return None
             with run:
                 return bytes(run), count
-        except ValueError:
-            return None  # a segment was deleted by retention meanwhile: the loop says so
-    ends = list(map(add, physical_offsets, sizes))
-    # Where a record does not start at the end of the one before it: a run begins there.
-    breaks = list(compress(range(1, count), map(ne, physical_offsets[1:], ends)))
-    parts: list[memoryview] = []
-    try:
-        for first, last in zip([0, *breaks], [*(index - 1 for index in breaks), count - 1],
-                               strict=True):
-            part = _run_view(recent, find_file, physical_offsets[first], ends[last])
-            if part is None:
+        # Else (queues written together: other queues' records between this one's), each
+        # record is sliced where it lies, with no Python step per record.
+        body = commit_log.recent.gather(physical_offsets, ends)
+        if body is None:
+            body = _gather_mapped(commit_log.find_file, physical_offsets, ends)
+            if body is None:
                 return None
-            parts.append(part)
-        return b"".join(parts), count
+        return body, count
     except ValueError:
-        return None  # a segment was deleted by retention while we read it: the loop says so
+        return None  # a segment was deleted by retention meanwhile: the loop says so
+
+
+def _gather_mapped(find_file: Callable[[int], MappedFile | None], starts: tuple[int, ...],
+                   ends: tuple[int, ...]) -> bytes | None:
+    """The commit log's bytes [starts[i], ends[i]) for every i, back to back, read through
+    the mapping of the one segment that holds them all; None when no segment holds the
+    first or the last goes past its written end (or into the next segment).
+
+    Raises:
+        ValueError: the segment was unmapped (deleted by retention) meanwhile.
+    """
+    mapped = find_file(starts[0])
+    if mapped is None:
+        return None
+    base = mapped.file_from_offset
+    if ends[-1] > base + mapped.write_position:
+        return None
+    parts = list(map(mapped.buffer.__getitem__,
+                     map(slice, map(sub, starts, repeat(base)), map(sub, ends, repeat(base)))))
+    try:
+        return b"".join(parts)
     finally:
-        for part in parts:
+        for part in parts:  # views of the mapping: retention cannot unmap it while they live
             part.release()
 
 

@@ -52,6 +52,55 @@ def test_a_view_is_the_log_bytes_it_names_or_none(writes, reads, limit):
         assert view is None
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    writes=st.lists(st.tuples(st.integers(1, 60), st.booleans()), min_size=1, max_size=30),
+    ranges=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 40)), min_size=1,
+                    max_size=20),
+    first=st.integers(0, 2000),
+    limit=st.integers(1, 300),
+)
+def test_gathered_ranges_are_the_log_bytes_they_name_or_none(writes, ranges, first, limit):
+    # A model log written as above; ascending ranges with gaps between them (a queue's
+    # records among other queues'): gathered, when given, they are the model's bytes of
+    # each range, back to back; ranges within the last write are always given.
+    recent = RecentWrites(limit)
+    log = bytearray()
+    for number, (size, cut) in enumerate(writes):
+        start = len(log) // 2 if cut and log else len(log)
+        buffer = bytearray((number * 7 + i) % 251 for i in range(size))
+        del log[start:]
+        log += buffer
+        recent.written(start, buffer)
+    starts, ends = [], []
+    position = first
+    for gap, length in ranges:
+        position += gap
+        starts.append(position)
+        ends.append(position + length)
+        position += length
+    gathered = recent.gather(starts, ends)
+    if gathered is not None:
+        assert ends[-1] <= len(log)
+        assert gathered == b"".join(bytes(log[a:b]) for a, b in zip(starts, ends, strict=True))
+    last_start, last_end = start, start + size
+    if (size <= limit and starts[0] >= last_start and ends[-1] <= last_end):
+        assert gathered is not None
+
+
+def test_ranges_over_several_writes_are_gathered_from_each():
+    recent = RecentWrites(1000)
+    log = bytes(range(250))
+    for start in range(0, 250, 50):
+        recent.written(start, bytearray(log[start : start + 50]))
+    starts, ends = [5, 45, 120, 130, 249], [10, 50, 125, 150, 250]  # 45-50 ends a write
+    assert recent.gather(starts, ends) == b"".join(
+        log[a:b] for a, b in zip(starts, ends, strict=True))
+    assert recent.gather([45, 60], [55, 61]) is None  # 45-55 runs over two writes
+    recent.clear()
+    assert recent.gather([5], [10]) is None
+
+
 def test_kept_bytes_stay_within_the_limit_and_a_cleared_log_keeps_none():
     recent = RecentWrites(100)
     for number in range(10):
@@ -130,6 +179,31 @@ def test_a_pull_of_what_was_just_appended_does_not_read_the_mapping(tmp_path):
         store.commit_log.recent.clear()
         again = store.get_messages(TOPIC, 1, 0, 32, ALL_BYTES)
         assert looked_up and again.body == result.body
+    finally:
+        store.close()
+
+
+def test_a_pull_of_queues_written_together_over_several_appends_reads_no_mapping(tmp_path):
+    # Three groups of sends spread over 4 queues (as a producer's queue selection spreads
+    # them): each queue's records lie apart, in three appended buffers.
+    store = FileMessageStore(small_config(tmp_path))
+    try:
+        for number in range(3):
+            store.put_message_group([message(TOPIC, index % 4, bytes([number]) * (300 + index))
+                                     for index in range(12)])
+        looked_up = []
+        find_file = store.commit_log.find_file
+        store.commit_log.find_file = lambda offset: looked_up.append(offset) or find_file(offset)
+        bodies = {}
+        for queue_id in range(4):
+            result = store.get_messages(TOPIC, queue_id, 1, 32, ALL_BYTES)
+            assert result.status is GetStatus.FOUND and result.message_count == 8
+            bodies[queue_id] = result.body
+        assert looked_up == []
+        for queue_id in range(4):
+            expected = b"".join(_segment_bytes(store, offset, size)
+                                for offset, size in _records_of(store, queue_id, 1))
+            assert bodies[queue_id] == expected
     finally:
         store.close()
 
