@@ -218,7 +218,9 @@ class PullRequestHoldService:
             return True  # nobody to answer: drop it, as a close would have
         if self._parked_count >= self.parked_max:
             return False
-        loop = self._bind_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._bind_loop()
         key = f"{topic}@{queue_id}"
         parked = ParkedPull(
             request, connection, topic, queue_id, queue_offset,
@@ -239,7 +241,12 @@ class PullRequestHoldService:
         else:
             waiters.append(parked)
         self._parked_count += 1
-        self._track_connection(parked)
+        # The connection's parked pulls, dropped when it closes (_connection_closed).
+        connection_pulls = connection.attributes.get(_CONNECTION_ATTRIBUTE)
+        if connection_pulls is None:
+            connection_pulls = connection.attributes[_CONNECTION_ATTRIBUTE] = set()
+            connection.on_close.append(self._connection_closed)
+        connection_pulls.add(parked)
         # A message appended by another thread between the pull's read and now would have
         # found no waiter to wake; look once more so it is not missed until the re-check.
         max_offset = self._store.max_offset(topic, queue_id)
@@ -395,14 +402,6 @@ class PullRequestHoldService:
             if self._finish(parked, PullMode.FINAL, shared):
                 timed_out += 1
         self._answered_on_timeout += timed_out
-
-    def _track_connection(self, parked: ParkedPull) -> None:
-        connection = parked.connection
-        pulls = connection.attributes.get(_CONNECTION_ATTRIBUTE)
-        if pulls is None:
-            pulls = connection.attributes[_CONNECTION_ATTRIBUTE] = set()
-            connection.on_close.append(self._connection_closed)
-        pulls.add(parked)
 
     def _connection_closed(self, connection: Connection) -> None:
         pulls = connection.attributes.pop(_CONNECTION_ATTRIBUTE, set())

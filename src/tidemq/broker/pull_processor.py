@@ -295,12 +295,6 @@ class PullMessageProcessor:
             RETRY_GROUP_TOPIC_PREFIX
         ):
             record_test = self._retry_filter(header.consumer_group)
-        first = mode is _FIRST
-        if first and header.sys_flag & PULL_FLAG_SUSPEND and self._nothing_new(header):
-            # The read would say PULL_NOT_FOUND (nothing after the offset), which parks a
-            # suspended pull: park it without the read and an answer nobody sends.
-            self._commit_offset_of(header)
-            return self._park(request, connection, header)
         result = self._store.get_messages(
             header.topic,
             header.queue_id,
@@ -309,28 +303,40 @@ class PullMessageProcessor:
             PULL_TRANSFER_BYTES_MAX,
             subscription.code_set,
         )
-        if record_test is not None and result.status is GetStatus.FOUND:
-            result = _filter_result(result, record_test, header)
-        code = _response_code(result, header.queue_offset)
-        if mode is _WAKE and (
-            code == _PULL_NOT_FOUND
-            or (
-                result.status is GetStatus.NO_MATCHED_MESSAGE
-                and result.next_begin_offset - header.queue_offset < WAKE_SKIPPED_ENTRIES_MAX
-            )
+        status = result.status
+        if status is _FOUND:
+            if record_test is not None:
+                result = _filter_result(result, record_test, header)
+                status = result.status
+            code = _SUCCESS if status is _FOUND else _response_code(result, header.queue_offset)
+        elif status is _OFFSET_OVERFLOW_ONE:  # nothing after the offset: the usual miss
+            code = _PULL_NOT_FOUND
+        else:
+            code = _response_code(result, header.queue_offset)
+        if code == _PULL_NOT_FOUND:
+            if mode is _FIRST:
+                if header.sys_flag & PULL_FLAG_COMMIT_OFFSET:
+                    self._commit_offset_of(header)
+                if header.sys_flag & PULL_FLAG_SUSPEND:
+                    # Parked before its answer is built: nobody would be sent it.
+                    return self._park(request, connection, header)
+            elif mode is _WAKE:
+                return None  # nothing new yet: keep the pull parked
+        elif mode is _WAKE and (
+            status is _NO_MATCHED_MESSAGE
+            and result.next_begin_offset - header.queue_offset < WAKE_SKIPPED_ENTRIES_MAX
         ):
             return None  # nothing new matched yet: keep the pull parked
-        suggest = self._suggested_broker_id(group_config, result)
+        elif mode is _FIRST and header.sys_flag & PULL_FLAG_COMMIT_OFFSET:
+            self._commit_offset_of(header)
+        config = self._config
+        suggest = (self._suggested_broker_id(group_config, result) if config.slave_read_enable
+                   else MASTER_ID)
         next_begin_offset = result.next_begin_offset
-        is_slave = self._role.is_slave
-        if is_slave and code == _PULL_OFFSET_MOVED:
+        if code == _PULL_OFFSET_MOVED and self._role.is_slave:
             # A slave may lag its master: its view of the queue is no reason to move the
             # consumer (RocketMQ without offsetCheckInSlave).
             code, next_begin_offset = ResponseCode.PULL_RETRY_IMMEDIATELY, header.queue_offset
-        if first:
-            self._commit_offset_of(header)
-        if first and code == _PULL_NOT_FOUND and header.sys_flag & PULL_FLAG_SUSPEND:
-            return self._park(request, connection, header)
         # PullMessageResponseHeader's extFields (its to_ext_fields, in its field order, which
         # the ROCKETMQ header keeps), written out: the typed header cost ~0.9 us a pull.
         ext_fields = {
@@ -351,23 +357,12 @@ class PullMessageProcessor:
                                _PYTHON, TIDEMQ_VERSION, request.serialize_type)
 
     def _commit_offset_of(self, header: PullMessageRequestHeader) -> None:
-        """Commit the offset a pull carries (its COMMIT_OFFSET flag), once, as it arrives;
-        a slave keeps no consumer offsets of its own."""
-        if header.sys_flag & PULL_FLAG_COMMIT_OFFSET and not self._role.is_slave:
+        """Commit the offset a pull with the COMMIT_OFFSET flag carries, once, as it
+        arrives; a slave keeps no consumer offsets of its own."""
+        if not self._role.is_slave:
             self._offsets.commit_offset(
                 header.consumer_group, header.topic, header.queue_id, header.commit_offset
             )
-
-    def _nothing_new(self, header: PullMessageRequestHeader) -> bool:
-        """True when a read of the pull's queue from its offset would find nothing after it
-        (``get_messages``: OFFSET_OVERFLOW_ONE, or an empty or unknown queue read at 0), the
-        status that makes PULL_NOT_FOUND."""
-        store = self._store
-        offset = header.queue_offset
-        return (
-            store.max_offset(header.topic, header.queue_id) == offset
-            and store.min_offset(header.topic, header.queue_id) <= offset
-        )
 
     def _park(self, request: RemotingCommand, connection: Connection,
               header: PullMessageRequestHeader) -> RemotingCommand | None:
@@ -404,7 +399,7 @@ class PullMessageProcessor:
         """
         config = self._config
         if not config.slave_read_enable:
-            return MASTER_ID
+            return MASTER_ID  # (process does not call this then: the common case inline)
         if result.status is GetStatus.FOUND and self._behind_memory(result.body):
             return group_config.which_broker_when_consume_slowly
         return group_config.broker_id
@@ -667,6 +662,8 @@ def _filter_result(
 # Bound once: an Enum member looked up on its class, or its ``value`` (a property), is a
 # Python-level step on every pull.
 _FOUND = GetStatus.FOUND
+_OFFSET_OVERFLOW_ONE = GetStatus.OFFSET_OVERFLOW_ONE
+_NO_MATCHED_MESSAGE = GetStatus.NO_MATCHED_MESSAGE
 _FOUND_REMARK = GetStatus.FOUND.value
 _SUCCESS = int(ResponseCode.SUCCESS)
 _PULL_NOT_FOUND = int(ResponseCode.PULL_NOT_FOUND)
