@@ -218,6 +218,15 @@ class ReplicationRole:
             return PutStatus.SERVICE_NOT_AVAILABLE  # put before the latest switch or fence
         return status
 
+    def stored_now(self, physical_offset: int) -> bool:
+        """True when ``stored_status_now`` of a put stored at ``physical_offset`` with no
+        SYNC_FLUSH future is PUT_OK (no slave to wait for, put after the latest switch or
+        fence), with no ``PutResult`` made for it (a group's first record tells for all)."""
+        replication = self.replication
+        if replication is not None and replication.waits_for_slaves:
+            return False
+        return physical_offset >= self._changed_at
+
     def switched_remark(self) -> str:
         """The remark of a send refused because the role changed while it waited."""
         identity = self._identity

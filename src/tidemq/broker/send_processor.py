@@ -482,8 +482,7 @@ class SendMessageProcessor:
         if put.status is _PUT_OK:
             stats.record_put(put.count, sum(put.sizes), int(elapsed_s * 1000), topic)
             # The first stored (the lowest offset) tells for all, as above.
-            if put.durable is None and self._role.stored_status_now(
-                    put.first_result()) is _PUT_OK:
+            if put.durable is None and self._role.stored_now(put.physical_offsets[0]):
                 config = self._config
                 frames = encode_offset_send_answers(
                     sends.opaques, put.msg_id_host, put.physical_offsets, sends.queue_ids,

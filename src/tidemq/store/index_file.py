@@ -413,8 +413,9 @@ class IndexFile:
         words[first + 3 : end : _ENTRY_WORDS] = time_diffs
         words[first + 4 : end : _ENTRY_WORDS] = file_heads
         offset_words.release()
-        for slot_number, number in zip(slot_numbers, numbers, strict=True):
-            slots[slot_number] = number
+        # Each slot points at its entry: one C-level map of the slots' __setitem__ (``any``
+        # only drives it: every call returns None), no Python step per key.
+        any(map(slots.__setitem__, slot_numbers, numbers))
         self.index_count = index_count + count
 
     def _put_one_by_one(

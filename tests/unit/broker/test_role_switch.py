@@ -343,3 +343,26 @@ def test_a_fenced_master_stops_registering_until_it_is_told_its_role(make_broker
     fenced_rounds, broker_id = asyncio.run(scenario())
     assert fenced_rounds == 0
     assert broker_id == "3"  # told its role: registered again, as the slave it now is
+
+
+def test_stored_now_agrees_with_stored_status_now_across_a_fence(make_broker):
+    # The plain sends' answers ask stored_now(first offset) instead of stored_status_now of
+    # a PutResult made for it: the two must agree for a put with no SYNC_FLUSH future.
+    from tidemq.store.interface import PutResult, PutStatus, StoreMessage
+
+    broker = make_broker()
+    role = broker.role
+    stored = broker.store.put_message(StoreMessage("Orders", 0, b"before", {}))
+    assert stored.ok
+    fenced_at = broker.store.commit_log_max_offset()
+
+    def agree(physical_offset: int) -> bool:
+        put = PutResult(PutStatus.PUT_OK, "", physical_offset, 10, 0, ["id"], 0, 1, None)
+        now = role.stored_now(physical_offset)
+        assert now == (role.stored_status_now(put) is PutStatus.PUT_OK)
+        return now
+
+    assert agree(0) and agree(fenced_at)
+    role.fence("lost its lease")  # puts stored before this are no longer answered SEND_OK
+    assert not agree(0) and not agree(fenced_at - 1)
+    assert agree(fenced_at)
