@@ -352,6 +352,51 @@ class Producer(ClientLifecycle):
             if is_reply(message):
                 code = _SEND_REPLY_MESSAGE_V2_CODE
         if self.tracer is None:
+            if (fields is None and sharding_key is None and queue is None and selector is None
+                    and (info := self._publish.get(topic)) is not None and info.queues):
+                # The common send: its first attempt made here, in this coroutine, not in a
+                # _send_request coroutine of its own (one frame less to make, resume and
+                # clear per send); a failed first attempt goes on there, as it would have.
+                loop = self._instance.loop or asyncio.get_running_loop()
+                started = loop.time()  # of the send and of its attempt
+                budget_s = (timeout_ms if timeout_ms is not None else self.send_timeout_ms) / 1000
+                deadline = started + budget_s
+                target = info.round_robin.select(info.queues, self.faults, None)
+                broker_name = target.broker_name
+                address = self._instance.master_address(broker_name)
+                if address is None:
+                    address = await self._instance.find_master(broker_name, topic)
+                    started = loop.time()
+                remaining_ms = int((deadline - started) * 1000)
+                if remaining_ms <= 0:
+                    raise self._no_time_left(topic, budget_s)
+                template = self._send_templates.get((topic, broker_name))
+                if template is not None:
+                    sysflag_text, born_text, flag_text, key = plain  # type: ignore[misc]
+                    request = template.render(next_opaque(), (
+                        str(target.queue_id), sysflag_text, born_text, flag_text,
+                        f"{_UNIQ_KEY_JSON_HEAD}{key}"), body)
+                else:
+                    request = self._plain_request(
+                        code, topic, target, plain, body)  # type: ignore[arg-type]
+                try:
+                    response = await self._instance.remoting.invoke_written(
+                        address, request, remaining_ms)
+                except RemotingError as e:
+                    error: Exception = e
+                    self._attempt_failed(e, topic, broker_name, address, 0,
+                                         1 + self.retry_times_when_send_failed)
+                else:
+                    status = _STORED_STATUS.get(response.code)
+                    if status is not None:
+                        self.faults.record_latency(broker_name, (loop.time() - started) * 1000)
+                        return _send_result(status, response, unique_key, topic, target, address)
+                    error = self._refused(response, topic, target, broker_name, address, 0,
+                                         1 + self.retry_times_when_send_failed)
+                return await self._send_request(
+                    code, topic, fields, body, unique_key, message, None, None, None,
+                    timeout_ms, plain, (deadline, broker_name, error),
+                )
             return await self._send_request(
                 code, topic, fields, body, unique_key, message,
                 sharding_key, queue, selector, timeout_ms, plain,
@@ -539,24 +584,33 @@ class Producer(ClientLifecycle):
         selector: QueueSelector | None,
         timeout_ms: int | None,
         plain: tuple[str, str, str, str] | None = None,
+        after_first: tuple[float, str, Exception] | None = None,
     ) -> SendResult:
         """Send to a queue of ``topic``, retrying elsewhere as configured. The request's
         extFields are ``fields`` (fields ``e`` and ``n`` set per attempt), or with ``fields``
         None a plain message's, rendered from its template with ``plain``: the sysflag, the
         born timestamp and the flag as text, and the unique key (its only property, with
-        nothing to escape in JSON; ``send``)."""
+        nothing to escape in JSON; ``send``). ``after_first``: ``send`` made the first
+        attempt of an unordered send itself and it failed: (the send's deadline in loop
+        time, the broker it tried, the error, already handled by ``_attempt_failed`` or
+        ``_refused``); the attempts left are made here."""
         loop = self._instance.loop or asyncio.get_running_loop()
         budget_s = (timeout_ms if timeout_ms is not None else self.send_timeout_ms) / 1000
-        deadline = loop.time() + budget_s
-        info = self._publish.get(topic)
-        if info is None or not info.queues:  # else known already: no coroutine to await
-            info = await self._publish_info(topic)
         ordered = sharding_key is not None or queue is not None or selector is not None
         attempts = 1 if ordered else 1 + self.retry_times_when_send_failed
         failed_broker: str | None = None
         last_error: Exception | None = None
+        first_attempt = 0
+        if after_first is None:
+            deadline = loop.time() + budget_s
+        else:
+            deadline, failed_broker, last_error = after_first
+            first_attempt = 1
+        info = self._publish.get(topic)
+        if info is None or not info.queues:  # else known already: no coroutine to await
+            info = await self._publish_info(topic)
         remoting = self._instance.remoting
-        for attempt in range(attempts):
+        for attempt in range(first_attempt, attempts):
             if ordered:
                 target = self._choose_queue(info, message, sharding_key, queue, selector, None)
             else:
@@ -569,21 +623,11 @@ class Producer(ClientLifecycle):
             remaining_ms = int((deadline - started) * 1000)
             if remaining_ms <= 0:
                 break
-            request = None
             if fields is None:
-                assert plain is not None
-                template = self._send_templates.get((topic, broker_name), _NO_TEMPLATE)
-                if template is _NO_TEMPLATE:
-                    template = self._send_template(code, topic, broker_name)
-                if template is not None:
-                    sysflag_text, born_text, flag_text, key = plain
-                    request = template.render(next_opaque(), (
-                        str(target.queue_id), sysflag_text, born_text, flag_text,
-                        f"{_UNIQ_KEY_JSON_HEAD}{key}"), body)
-            if request is None:
-                if fields is None:
-                    fields = self._plain_fields(topic, plain)  # type: ignore[arg-type]
-                elif attempt:
+                request = self._plain_request(
+                    code, topic, target, plain, body)  # type: ignore[arg-type]
+            else:
+                if attempt:
                     fields = dict(fields)  # the previous request may still hold the old dict
                 fields["e"] = str(target.queue_id)
                 fields["n"] = broker_name
@@ -598,33 +642,75 @@ class Producer(ClientLifecycle):
             except RemotingError as e:
                 last_error = e
                 failed_broker = broker_name
-                self.faults.mark_failed(broker_name)
-                self._instance.refresh_route_soon(topic)
-                log.info("send to %s (%s) failed, attempt %d of %d: %s", broker_name, address,
-                         attempt + 1, attempts, e)
+                self._attempt_failed(e, topic, broker_name, address, attempt, attempts)
                 continue
             status = _STORED_STATUS.get(response.code)
             if status is not None:
                 self.faults.record_latency(broker_name, (loop.time() - started) * 1000)
                 return _send_result(status, response, msg_id, topic, target, address)
-            error = BrokerRejected(
-                f"send to topic {topic!r} queue {target.queue_id}", response.code,
-                response.remark, f"{broker_name} ({address})",
-            )
-            if response.code not in SEND_RETRY_CODES:
-                raise error
-            last_error = error
+            last_error = self._refused(response, topic, target, broker_name, address,
+                                       attempt, attempts)
             failed_broker = broker_name
-            self.faults.mark_failed(broker_name)
-            self._instance.refresh_route_soon(topic)
-            log.info("send to %s refused, attempt %d of %d: %s", broker_name, attempt + 1,
-                     attempts, error)
         if last_error is not None:
             raise last_error
-        raise RemotingTimeout(
+        raise self._no_time_left(topic, budget_s)
+
+    def _attempt_failed(self, error: RemotingError, topic: str, broker_name: str,
+                        address: str, attempt: int, attempts: int) -> None:
+        """The bookkeeping of an attempt that failed in transport: the broker is avoided for
+        a while and the topic's route refreshed soon."""
+        self.faults.mark_failed(broker_name)
+        self._instance.refresh_route_soon(topic)
+        log.info("send to %s (%s) failed, attempt %d of %d: %s", broker_name, address,
+                 attempt + 1, attempts, error)
+
+    def _refused(self, response: RemotingCommand, topic: str, target: MessageQueue,
+                 broker_name: str, address: str, attempt: int,
+                 attempts: int) -> BrokerRejected:
+        """The error of an attempt the broker answered with a code that is not "stored":
+        returned, with the broker avoided for a while, when another attempt may follow
+        (``SEND_RETRY_CODES``).
+
+        Raises:
+            BrokerRejected: any other code (no attempt follows).
+        """
+        error = BrokerRejected(
+            f"send to topic {topic!r} queue {target.queue_id}", response.code,
+            response.remark, f"{broker_name} ({address})",
+        )
+        if response.code not in SEND_RETRY_CODES:
+            raise error
+        self.faults.mark_failed(broker_name)
+        self._instance.refresh_route_soon(topic)
+        log.info("send to %s refused, attempt %d of %d: %s", broker_name, attempt + 1,
+                 attempts, error)
+        return error
+
+    @staticmethod
+    def _no_time_left(topic: str, budget_s: float) -> RemotingTimeout:
+        return RemotingTimeout(
             f"send to topic {topic!r} used its whole timeout of {budget_s * 1000:.0f} ms "
             "before a broker could be tried (send_timeout_ms)"
         )
+
+    def _plain_request(self, code: int, topic: str, target: MessageQueue,
+                       plain: tuple[str, str, str, str], body: bytes) -> RemotingCommand:
+        """A plain message's request to ``target`` (``plain`` as ``_send_request`` takes
+        it): rendered from the template of its topic and broker (made at the first send
+        there), or, when a name needs JSON escaping, built from its extFields."""
+        broker_name = target.broker_name
+        template = self._send_templates.get((topic, broker_name), _NO_TEMPLATE)
+        if template is _NO_TEMPLATE:
+            template = self._send_template(code, topic, broker_name)
+        if template is not None:
+            sysflag_text, born_text, flag_text, key = plain
+            return template.render(next_opaque(), (
+                str(target.queue_id), sysflag_text, born_text, flag_text,
+                f"{_UNIQ_KEY_JSON_HEAD}{key}"), body)
+        fields = self._plain_fields(topic, plain)
+        fields["e"] = str(target.queue_id)
+        fields["n"] = broker_name
+        return RemotingCommand(int(code), next_opaque(), 0, None, fields, body)
 
     def _send_template(self, code: int, topic: str,
                        broker_name: str) -> JsonRequestTemplate | None:

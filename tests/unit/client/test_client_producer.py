@@ -275,6 +275,76 @@ def test_unreachable_broker_is_retried_on_a_live_one(run):
     run(main())
 
 
+async def _warmed_up(producer: Producer, cluster: FakeCluster) -> None:
+    """One stored send per broker, so the route and connections are known and the sends that
+    follow take ``send``'s own first attempt (not the first-send path)."""
+    while {b.name for b in cluster.brokers} - {b.name for b in cluster.brokers if b.sends}:
+        await producer.send(Message("T", b"warm"))
+    for broker in cluster.brokers:
+        broker.requests.clear()  # ``sends`` reads these
+
+
+def test_a_known_route_s_retriable_refusal_is_retried_on_another_broker(run):
+    async def main():
+        async with FakeCluster(2) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            async with producer_for(cluster) as producer:
+                await _warmed_up(producer, cluster)
+                failing = cluster.broker("broker-a")
+                failing.answer_sends_with = ResponseCode.SYSTEM_ERROR
+                results = [await producer.send(Message("T", b"x")) for _ in range(6)]
+                assert {r.queue.broker_name for r in results} == {"broker-b"}
+                assert producer.faults.unavailable_brokers == ["broker-a"]
+            # broker-a was tried at most once (every other send round robin goes to it first)
+            assert len(failing.sends) == 1
+            assert len(cluster.broker("broker-b").sends) == 6
+
+    run(main())
+
+
+def test_a_known_route_s_refusals_raise_as_the_first_send_s_do(run):
+    async def main():
+        async with FakeCluster(2) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers, queue_nums=1)
+            async with producer_for(cluster) as producer:
+                await _warmed_up(producer, cluster)
+                for broker in cluster.brokers:
+                    broker.answer_sends_with = ResponseCode.MESSAGE_ILLEGAL
+                with pytest.raises(BrokerRejected) as caught:
+                    await producer.send(Message("T", b"x"))
+                assert caught.value.code == ResponseCode.MESSAGE_ILLEGAL
+                assert not caught.value.retriable
+                assert sum(len(b.sends) for b in cluster.brokers) == 1
+                for broker in cluster.brokers:
+                    broker.answer_sends_with = ResponseCode.SERVICE_NOT_AVAILABLE
+                with pytest.raises(BrokerRejected) as caught:
+                    await producer.send(Message("T", b"x"))
+                assert caught.value.code == ResponseCode.SERVICE_NOT_AVAILABLE
+                assert caught.value.retriable
+                assert sum(len(b.sends) for b in cluster.brokers) == 1 + 3
+
+    run(main())
+
+
+def test_a_known_route_s_send_times_out_within_its_budget_after_its_retries(run):
+    async def main():
+        async with FakeCluster(1) as cluster:
+            cluster.namesrv.add_topic("T", cluster.brokers)
+            async with producer_for(cluster) as producer:
+                await _warmed_up(producer, cluster)
+                cluster.brokers[0].hold_sends = True
+                loop = asyncio.get_running_loop()
+                started = loop.time()
+                with pytest.raises(RemotingTimeout) as caught:
+                    await producer.send(Message("T", b"x"), timeout_ms=300)
+                # The first attempt took the whole budget: no time was left for another.
+                assert "within 300 ms" in str(caught.value) or "299 ms" in str(caught.value)
+                assert len(cluster.brokers[0].sends) == 1
+                assert loop.time() - started < 30  # bounded by the budget, not hung
+
+    run(main())
+
+
 def test_same_sharding_key_always_lands_on_one_queue(run):
     async def main():
         async with FakeCluster(2) as cluster:
