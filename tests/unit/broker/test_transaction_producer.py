@@ -77,7 +77,12 @@ async def make_due(broker) -> None:
 
 
 def ended(broker, result) -> bool:
-    return broker.transaction_service.outcome(result.queue_offset)[0]
+    """The half's end is decided and its records are written: the end writer marks a half
+    ended when it queues the end and writes the records in a callback after, so a test that
+    read the store on the mark alone could find the committed message missing."""
+    service = broker.transaction_service
+    return (service.outcome(result.queue_offset)[0]
+            and service.writer.queued_answer(result.queue_offset) is None)
 
 
 def producer_connected(broker, group: str = GROUP) -> bool:
