@@ -51,6 +51,7 @@ from tidemq.protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
     decode_properties,
 )
+from tidemq.protocol.send_run import SendRun
 from tidemq.store.interface import SendColumns, StoreMessage
 from tidemq.store.record_encoder import index_keys
 
@@ -107,6 +108,16 @@ def read_plain_sends(requests: list[RemotingCommand]) -> PlainSends | None:
         return None
 
 
+def read_send_run(run: SendRun) -> PlainSends | None:
+    """``read_plain_sends`` of a read's run of SEND_MESSAGE_V2 requests taken as columns
+    (protocol/send_run.py: two-way, JSON, each with a body and string extFields), with no
+    command per request: the same columns, or None where it gives None."""
+    try:
+        return _read_header_columns(run.ext_fields, run.bodies, run.opaques)
+    except (TypeError, AttributeError):
+        return None
+
+
 def _read_columns(requests: list[RemotingCommand]) -> PlainSends | None:
     # Each step is one C-level pass over a column: a group's cost is mostly the steps' own
     # (~0.3-1 us each on a slow host) while it holds few sends, so steps are merged where
@@ -121,6 +132,15 @@ def _read_columns(requests: list[RemotingCommand]) -> PlainSends | None:
         or any(serialize_types)  # only JSON (0) answers are templated
         or None in bodies
     ):
+        return None
+    return _read_header_columns(ext_fields, bodies, opaques)
+
+
+def _read_header_columns(ext_fields: Sequence[dict[str, str] | None], bodies: Sequence[bytes],
+                         opaques: Sequence[int]) -> PlainSends | None:
+    """The columns of sends already known to be two-way JSON SEND_MESSAGE_V2 requests with
+    a body, read from their extFields."""
+    if not ext_fields:
         return None
     try:
         if set(map(len, ext_fields)) != {len(_FIELDS)}:

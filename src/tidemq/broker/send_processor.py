@@ -79,6 +79,7 @@ from tidemq.broker.plain_sends import (
     PlainSends,
     plain_messages,
     read_plain_sends,
+    read_send_run,
     send_columns,
 )
 from tidemq.broker.schedule_service import PROPERTY_DELAY_QUEUE_OFFSET, redirect_delayed
@@ -123,6 +124,7 @@ from tidemq.protocol.message import (
 )
 from tidemq.protocol.msgid import new_unique_key, new_unique_keys
 from tidemq.protocol.send_answers import encode_offset_send_answers, encode_send_answers
+from tidemq.protocol.send_run import SendRun
 from tidemq.remoting.dispatch import EncodedAnswers, LaterResponse
 from tidemq.store.batch_properties import merge_batch_properties
 from tidemq.store.config import FlushDiskType
@@ -400,7 +402,10 @@ class SendMessageProcessor:
         by columns and, when every one is stored and nothing is left to wait for, answered
         with their frames encoded together; any other group as ``handle_group_now``."""
         settle_ready(connection.loop)  # answers of syncs done meanwhile go out first
-        sends = read_plain_sends(requests)
+        # A read's run of sends comes as columns (protocol/send_run.py): its commands are
+        # made only if the general path below, or an answer, reads them.
+        sends = (read_send_run(requests) if type(requests) is SendRun
+                 else read_plain_sends(requests))
         if sends is not None:
             answered = self._serve_plain(sends, requests, connection)
             if answered is not None:

@@ -20,6 +20,10 @@ word is checked as soon as its 4 bytes arrive (known serialize type, header no l
 frame). So a garbage prefix can never make the decoder wait for, or hold, more than
 ``frame_size_max`` bytes of one frame.
 
+``feed_requests`` (a broker's connection) decodes the same way, except that a read whose
+whole frames are all SEND_MESSAGE_V2 requests of the usual shape comes back as one
+``SendRun`` (protocol/send_run.py): their columns, with no command made per request.
+
 After an error the decoder is dead: the stream has lost its framing and cannot be resynced,
 so every later ``feed`` raises the same error and the connection must be closed.
 See ``tidemq.protocol.command`` for the frame layout.
@@ -28,6 +32,7 @@ See ``tidemq.protocol.command`` for the frame layout.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from tidemq import limits
 from tidemq.errors import FrameTooLarge, ProtocolError, RemoteProtocolError
@@ -40,6 +45,7 @@ from tidemq.protocol.command import (
     decode_checked_frame,
     decode_json_header,
 )
+from tidemq.protocol.send_run import RUN_FRAMES_MIN, SendRun, decode_send_run
 
 _INT32 = struct.Struct(">i")
 _FRAME_HEAD = struct.Struct(">iI")  # length, header word
@@ -63,12 +69,16 @@ class FrameDecoder:
             and body). Defaults to ``limits.FRAME_SIZE_MAX`` (16 MiB), RocketMQ's default.
         large_frame_bytes: frames at least this long (prefix included) are collected read by
             read and joined once instead of going through the buffer (module docstring).
+        send_run_frames_min: ``feed_requests`` decodes a read shorter than this many frames
+            the size of its first the general way (``send_run.RUN_FRAMES_MIN``).
     """
 
     def __init__(self, frame_size_max: int = limits.FRAME_SIZE_MAX,
-                 large_frame_bytes: int = LARGE_FRAME_BYTES) -> None:
+                 large_frame_bytes: int = LARGE_FRAME_BYTES,
+                 send_run_frames_min: int = RUN_FRAMES_MIN) -> None:
         self.frame_size_max = frame_size_max
         self.large_frame_bytes = large_frame_bytes
+        self.send_run_frames_min = send_run_frames_min
         self._buffer = bytearray()
         self._position = 0  # bytes of _buffer already decoded
         self._checked_frame_at = -1  # buffer position whose length and header word passed
@@ -100,6 +110,28 @@ class FrameDecoder:
                 raises the same error on every later call; close the connection. Commands
                 completed earlier in the same call are dropped with it.
         """
+        return self._feed(data, self._decode_available)  # type: ignore[return-value]
+
+    def feed_requests(self, data: bytes | bytearray | memoryview
+                      ) -> list[RemotingCommand] | SendRun:
+        """``feed``, except that when the whole frames completed by ``data`` are a run of
+        SEND_MESSAGE_V2 requests (protocol/send_run.py) they come as one ``SendRun`` (its
+        columns; as a sequence, the very commands ``feed`` would have returned) instead of
+        a list. Same buffering, same errors: a read that is not such a run is decoded as
+        ``feed`` decodes it."""
+        if (self._position == len(self._buffer) and self._parts is None
+                and len(data) >= FRAME_PREFIX_SIZE
+                and len(data) < self.send_run_frames_min * (FRAME_PREFIX_SIZE
+                                                            + _INT32.unpack_from(data)[0])):
+            # Too short for a run (``decode_send_run``), told before any of it is set up:
+            # most reads at low rates.
+            return self._feed(data, self._decode_available)  # type: ignore[return-value]
+        return self._feed(data, self._decode_requests)
+
+    def _feed(self, data: bytes | bytearray | memoryview,
+              decode: Callable[[bytes | memoryview, int],
+                               tuple[list[RemotingCommand] | SendRun, int]],
+              ) -> list[RemotingCommand] | SendRun:
         if self._error is not None:
             raise self._error
         if not data:
@@ -114,10 +146,10 @@ class FrameDecoder:
                     self._position = 0
                 self._checked_frame_at = -1
                 if type(data) is bytes:  # what a transport hands over: sliced without a view
-                    commands, consumed = self._decode_available(data, 0)
+                    commands, consumed = decode(data, 0)
                 else:
                     with memoryview(data) as view:
-                        commands, consumed = self._decode_available(view, 0)
+                        commands, consumed = decode(view, 0)
                 # The tail's length and header word were checked by _decode_available.
                 if consumed < len(data) and not self._start_large(data, consumed):
                     self._buffer += memoryview(data)[consumed:]
@@ -126,7 +158,7 @@ class FrameDecoder:
                 return commands
             self._buffer += data
             with memoryview(self._buffer) as view:
-                commands, self._position = self._decode_available(view, self._position)
+                commands, self._position = decode(view, self._position)
             self._compact()
             # A checked large frame now starting the buffer: collect the rest read by read
             # (_start_large copies the buffer's bytes only when it takes the frame).
@@ -191,6 +223,21 @@ class FrameDecoder:
         if not _immutable(data):
             rest = bytes(rest)  # the caller's buffer may change once feed returns
         return [command, *self.feed(rest)]
+
+    def _decode_requests(
+        self, source: bytes | memoryview, position: int
+    ) -> tuple[list[RemotingCommand] | SendRun, int]:
+        """``_decode_available``, or the run of SEND_MESSAGE_V2 requests the whole frames
+        from ``position`` are (``decode_send_run``)."""
+        decoded = decode_send_run(source, position, self.frame_size_max,
+                                  self.send_run_frames_min)
+        if decoded is None:
+            return self._decode_available(source, position)
+        run, position = decoded
+        # What follows the run is a frame not all there (or nothing): its length and header
+        # word checked now, as _decode_available checks them; it decodes no frame.
+        _, position = self._decode_available(source, position)
+        return run, position
 
     def _decode_available(
         self, source: bytes | memoryview, position: int

@@ -46,6 +46,7 @@ from tidemq.limits import FRAME_SIZE_MAX
 from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE
 from tidemq.protocol.command import RemotingCommand
 from tidemq.protocol.frame import FrameDecoder
+from tidemq.protocol.send_run import SendRun
 from tidemq.remoting.errors import RemotingClosed, RemotingTimeout
 
 if TYPE_CHECKING:
@@ -459,7 +460,10 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._last_activity = self._loop.time()
         try:
-            commands = self._decoder.feed(data)
+            if self._dispatcher.takes_send_runs:
+                commands = self._decoder.feed_requests(data)
+            else:
+                commands = self._decoder.feed(data)
         except ProtocolError as exc:
             if not self._closing:  # one warning per connection, however much more arrives
                 log.warning(
@@ -467,6 +471,18 @@ class Connection(asyncio.Protocol):
                 )
                 self.abort(f"malformed frame: {exc}")
             return
+        if type(commands) is SendRun:
+            # A run of sends (protocol/send_run.py) served without a command each when all
+            # of it may be taken now; else its commands, as any read's.
+            count = len(commands)
+            if (not self._closing and not self._backlog
+                    and self._in_flight + count <= self._max_in_flight):
+                self._in_flight += count
+                self._dispatcher.dispatch_send_run(commands, self)
+                if self._in_flight >= self._max_in_flight:
+                    self._update_reading()
+                return
+            commands = commands.commands()
         ready: list[RemotingCommand] | None = None  # requests to serve, handed over together
         for command in commands:
             if command.flag & FLAG_RESPONSE:

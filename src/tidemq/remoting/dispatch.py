@@ -19,6 +19,13 @@ in one pass this way (one task, one store append), where a task per request cost
 the send itself; producers' oneway END_TRANSACTIONs share one end-writer flush. A lone
 request still goes to ``handler``.
 
+A connection whose dispatcher ``takes_send_runs`` (SEND_MESSAGE_V2 has an immediate group
+handler, no guard is set) hands a read made only of SEND_MESSAGE_V2 requests over as one
+``SendRun`` (protocol/send_run.py: their columns, no command each) to
+``dispatch_send_run``, which cuts it into the groups ``dispatch_many`` would make and gives
+each to the group handler as its part of the run: a sequence of the same commands, made only
+if something reads them (the broker's plain sends read the columns instead).
+
 A group handler may also answer a whole group at once with ``EncodedAnswers``: the frames
 of every response, encoded already, in the requests' order (the broker's plain single sends,
 broker/plain_sends.py: no response object per send). It is only for a group of two-way
@@ -71,10 +78,18 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
+from itertools import pairwise
 from typing import TYPE_CHECKING, Protocol
 
-from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, request_code_name
+from tidemq.protocol.codes import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    RequestCode,
+    ResponseCode,
+    request_code_name,
+)
 from tidemq.protocol.command import RemotingCommand
+from tidemq.protocol.send_run import SendRun
 
 if TYPE_CHECKING:
     from tidemq.remoting.connection import Connection
@@ -199,6 +214,8 @@ MAX_PENDING_PER_HANDLER = 10_000
 GROUP_REQUESTS_MAX = 32
 GROUP_BODY_BYTES_MAX = 32 * 1024
 
+_SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)  # the code of a ``SendRun``'s requests
+
 # A SYSTEM_ERROR remark is for a human reading a client log, not a traceback dump.
 ERROR_REMARK_LENGTH_MAX = 512
 
@@ -257,6 +274,10 @@ class RequestDispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._guard: RequestGuard | None = None
         self._observer: RequestObserver | None = None
+        # True when a read's run of SEND_MESSAGE_V2 requests may come as a ``SendRun``
+        # (``dispatch_send_run``): the code has an immediate group handler and no guard is
+        # set (a guard checks commands one by one).
+        self.takes_send_runs = False
 
     def set_observer(self, observer: RequestObserver | None) -> None:
         """Tell ``observer`` of every request answered or refused (module docstring);
@@ -268,6 +289,7 @@ class RequestDispatcher:
         None removes the guard. A guard that raises refuses the request with SYSTEM_ERROR
         (never lets it through)."""
         self._guard = guard
+        self._update_takes_send_runs()
 
     def register(
         self,
@@ -299,6 +321,7 @@ class RequestDispatcher:
         self._routes[int(code)] = _Route(
             int(code), handler, _checked_max_pending(max_pending), group_handler, immediate
         )
+        self._update_takes_send_runs()
 
     def register_default(
         self, handler: Handler, *, max_pending: int = MAX_PENDING_PER_HANDLER
@@ -398,6 +421,48 @@ class RequestDispatcher:
                 return
             requests = passed
         self._dispatch_grouped(requests, connection)
+
+    def _update_takes_send_runs(self) -> None:
+        # Kept as a plain attribute: a connection reads it once a read.
+        route = self._routes.get(_SEND_V2)
+        self.takes_send_runs = (self._guard is None and route is not None and route.immediate
+                                and route.group_handler is not None)
+
+    def dispatch_send_run(self, run: SendRun, connection: Connection) -> None:
+        """``dispatch_many`` for the requests of ``run`` (a read's SEND_MESSAGE_V2 requests,
+        protocol/send_run.py): the same groups, each served by the group handler with its
+        part of the run in place of a list of commands, which are made only if something
+        reads them. Anything unusual (a guard, no immediate group handler, one request, a
+        route near its ``max_pending``) goes through ``dispatch_many`` with the commands."""
+        count = len(run)
+        route = self._routes.get(_SEND_V2)
+        if (
+            count == 1
+            or self._guard is not None
+            or route is None
+            or not route.immediate
+            or route.group_handler is None
+            or route.pending + count > route.max_pending
+        ):
+            self.dispatch_many(run.commands(), connection)
+            return
+        route.pending += count
+        # The groups _dispatch_grouped makes: a new one once the last holds
+        # GROUP_REQUESTS_MAX requests or GROUP_BODY_BYTES_MAX body bytes.
+        bounds = [0]
+        group_bytes = 0
+        for index, body_length in enumerate(map(len, run.bodies)):
+            if group_bytes >= GROUP_BODY_BYTES_MAX or index - bounds[-1] >= GROUP_REQUESTS_MAX:
+                bounds.append(index)
+                group_bytes = 0
+            group_bytes += body_length
+        bounds.append(count)
+        for start, stop in pairwise(bounds):
+            after = count - stop
+            # When the cork leaves: as in _dispatch_grouped.
+            flush = after == 0 or after >= GROUP_REQUESTS_MAX
+            group = run if stop - start == count else run.part(start, stop)
+            self._serve_group_now(route, group, connection, flush)  # type: ignore[arg-type]
 
     def _dispatch_grouped(self, requests: list[RemotingCommand], connection: Connection) -> None:
         """``dispatch_many`` for requests the guard (if any) already let through."""
