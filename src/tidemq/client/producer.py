@@ -100,6 +100,13 @@ SEND_TIMEOUT_MS = 3000  # sendMsgTimeout
 RETRY_PREFIX = "%RETRY%"  # a consumer group's retry topic is %RETRY%<group>
 RETRY_TIMES_WHEN_SEND_FAILED = 2
 
+# A retry needs more than this many ms of the send's budget left. A timed-out attempt's timer
+# may fire up to a millisecond before its deadline (connection.py's expiry slack) and its
+# budget was cut to whole ms, so up to ~2 ms of the budget can be left when it fails: a retry
+# in them could only time out too, and its "within 1 ms" would hide the first attempt's
+# error, which names the send's real budget.
+_RETRY_MIN_MS = 2
+
 _STORED_STATUS = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
@@ -621,7 +628,7 @@ class Producer(ClientLifecycle):
                 address = await self._instance.find_master(broker_name, topic)
             started = loop.time()  # of the attempt (one clock read for its budget and latency)
             remaining_ms = int((deadline - started) * 1000)
-            if remaining_ms <= 0:
+            if remaining_ms <= 0 or (last_error is not None and remaining_ms <= _RETRY_MIN_MS):
                 break
             if fields is None:
                 request = self._plain_request(

@@ -337,7 +337,8 @@ def test_a_known_route_s_send_times_out_within_its_budget_after_its_retries(run)
                 started = loop.time()
                 with pytest.raises(RemotingTimeout) as caught:
                     await producer.send(Message("T", b"x"), timeout_ms=300)
-                # The first attempt took the whole budget: no time was left for another.
+                # The first attempt took the whole budget: no time was left for another (its
+                # timer may fire a ms early; the ~1 ms left then is no retry: _RETRY_MIN_MS).
                 assert "within 300 ms" in str(caught.value) or "299 ms" in str(caught.value)
                 assert len(cluster.brokers[0].sends) == 1
                 assert loop.time() - started < 30  # bounded by the budget, not hung
