@@ -30,12 +30,11 @@ import os
 import pstats
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-from variants import rotated, src_variants
+from variants import cost_medians, run_variant_children, src_variants
 
 BODY = os.urandom(1024)
 QUEUES = 8
@@ -127,36 +126,14 @@ def main() -> int:
     variants = src_variants(args.variant)
     os.makedirs(args.dir, exist_ok=True)
     work_dir = tempfile.mkdtemp(prefix="store-put-cost-", dir=args.dir)
-    results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
     try:
-        for run in range(args.runs):
-            order = rotated(variants, run)
-            for name, src in order:
-                store = os.path.join(work_dir, f"store-{run}-{name}")
-                done = subprocess.run(
-                    [sys.executable, os.path.abspath(__file__), "--child-store", store,
-                     "--group", str(args.group), "--puts", str(args.puts),
-                     "--repeats", str(args.repeats), *(["--columns"] if args.columns else [])],
-                    env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True,
-                    timeout=600)
-                shutil.rmtree(store, ignore_errors=True)
-                if done.returncode:  # its traceback, not only "exit status 1"
-                    sys.stderr.write(done.stderr)
-                    raise SystemExit(f"store_put_cost_bench: variant {name} ({src}) exited "
-                                     f"{done.returncode}; its output is above")
-                result = json.loads(done.stdout.strip().splitlines()[-1])
-                results[name].append(result)
-                if not args.json:
-                    print(f"run {run + 1} {name:<10} {result['us_per_message']:.2f} us per "
-                          f"message, {result['calls_per_message']:.1f} calls per message",
-                          flush=True)
+        results = run_variant_children(
+            "store_put_cost_bench", __file__, variants, args.runs, work_dir,
+            ["--group", str(args.group), "--puts", str(args.puts), "--repeats",
+             str(args.repeats), *(["--columns"] if args.columns else [])], quiet=args.json)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
-    medians = {
-        name: {key: statistics.median(r[key] for r in runs)
-               for key in ("us_per_message", "calls_per_message")}
-        for name, runs in results.items()
-    }
+    medians = cost_medians(results)
     if args.json:
         print(json.dumps({"group": args.group, "median": medians, "runs": results}))
     else:
