@@ -56,14 +56,22 @@ class QueueRuns(NamedTuple):
     runs: list[QueueRun]
 
 
+def queue_order(queue_ids: list[int]) -> tuple[list[int], list[tuple[int, int]]]:
+    """A queue group's records by queue: their positions in queue order (ascending queue
+    ids, each queue's records in arrival order: a stable sort) and each queue's
+    ``(queue_id, count)`` in that order; a Python step per queue, none per record."""
+    order = sorted(range(len(queue_ids)), key=queue_ids.__getitem__)
+    return order, [(queue_id, len(list(run)))
+                   for queue_id, run in groupby(map(queue_ids.__getitem__, order))]
+
+
 @dataclass(slots=True)
 class DispatchBatch:
     """Consecutive records of one queue, as dispatchers need them.
 
     A queue group (records of one topic in several queues, appended together) sets
-    ``queue_ids`` and ``queue_offsets``, each record's own; ``queue_id`` and ``queue_offset``
-    are then the first record's. Its append may also give ``queue_runs`` (the records by
-    queue), which must agree with those.
+    ``queue_runs``, the records by queue as its append found them; ``queue_id`` and
+    ``queue_offset`` are then the first record's.
     """
 
     topic: str
@@ -76,8 +84,6 @@ class DispatchBatch:
     store_timestamp: int
     queued: bool  # gets consume-queue entries
     indexed: bool  # gets index keys
-    queue_ids: list[int] | None = None
-    queue_offsets: list[int] | None = None
     queue_runs: QueueRuns | None = None
 
 
@@ -131,8 +137,8 @@ class ConsumeQueueDispatcher:
         """Append the batch's entries to its queue (skipping those already there)."""
         if not batch.queued:
             return
-        if batch.queue_ids is not None:
-            self._dispatch_group(batch)
+        if batch.queue_runs is not None:
+            self._put_runs(batch, batch.queue_runs)
             return
         queue = self.queues.get_or_create(batch.topic, batch.queue_id)
         entries = pack_entries(batch.physical_offsets, batch.sizes, batch.tag_codes)
@@ -145,34 +151,10 @@ class ConsumeQueueDispatcher:
         self.queues.get_or_create(topic, queue_id).put(
             queue_offset, _pack_entry(physical_offset, size, tag_code), store_timestamp)
 
-    def _dispatch_group(self, batch: DispatchBatch) -> None:
-        # The records ordered by queue (a stable sort: each queue's in arrival order), their
-        # entries packed in that order with one struct call, and each queue's run put at
-        # once: no Python step per record.
-        queue_runs = batch.queue_runs
-        if queue_runs is not None:  # as the append found them
-            self._put_runs(batch, queue_runs)
-            return
-        queue_ids: list[int] = batch.queue_ids  # type: ignore[assignment]  # a queue group
-        queue_offsets: list[int] = batch.queue_offsets  # type: ignore[assignment]
-        order = sorted(range(len(queue_ids)), key=queue_ids.__getitem__)
-        entries = pack_entries(
-            list(map(batch.physical_offsets.__getitem__, order)),
-            list(map(batch.sizes.__getitem__, order)),
-            list(map(batch.tag_codes.__getitem__, order)),
-        )
-        get_or_create = self.queues.get_or_create
-        start = 0
-        for queue_id, run in groupby(map(queue_ids.__getitem__, order)):
-            end = start + len(list(run))
-            get_or_create(batch.topic, queue_id).put(
-                queue_offsets[order[start]], entries[start * ENTRY_SIZE:end * ENTRY_SIZE],
-                batch.store_timestamp)
-            start = end
-
     @staticmethod
     def _put_runs(batch: DispatchBatch, queue_runs: QueueRuns) -> None:
-        # ``_dispatch_group`` with the order and each queue's run already known.
+        # A queue group: its entries packed in queue order with one struct call, and each
+        # queue's run put at once: no Python step per record.
         order = queue_runs.order
         entries = pack_entries(
             list(map(batch.physical_offsets.__getitem__, order)),

@@ -68,6 +68,7 @@ from tidemq.store.dispatch import (
     KeyIndex,
     QueueRun,
     QueueRuns,
+    queue_order,
 )
 from tidemq.store.epochs import EpochFile
 from tidemq.store.flush import GroupCommitService
@@ -296,11 +297,9 @@ class StoreCore(MessageStore):
         dispatch. What was appended, or the one failure that stands for every message."""
         topic = batch.topic
         queue_ids: list[int] = batch.queue_ids  # type: ignore[assignment]
-        count = len(queue_ids)
-        # The records in queue order (a stable sort: each queue's in arrival order) and each
-        # queue's run of them, made once for the queue offsets and the consume-queue entries
-        # (dispatch.py), with no Python step per record.
-        order = sorted(range(count), key=queue_ids.__getitem__)
+        # The records in queue order and each queue's run of them, made once for the queue
+        # offsets and the consume-queue entries (dispatch.py), with no Python step per record.
+        order, counts = queue_order(queue_ids)
         with self._append_lock:
             if self._closed or self._not_writable_reason is not None:
                 return self._unavailable()
@@ -311,15 +310,14 @@ class StoreCore(MessageStore):
             run_offsets: list[range] = []
             try:
                 # Each queue's first offset (its max offset), with room made for its run.
-                for queue_id in sorted(set(queue_ids)):
-                    run_length = queue_ids.count(queue_id)
+                for queue_id, run_length in counts:
                     queue = get_or_create(topic, queue_id)
                     first = queue.next_offset_with_room(run_length)
                     runs.append(QueueRun(queue, first, run_length))
                     run_offsets.append(range(first, first + run_length))
                 # Each record's queue offset: the runs' offsets, in queue order, put back
                 # in record order (``any`` only drives the C-level map of __setitem__).
-                queue_offsets = [0] * count
+                queue_offsets = [0] * len(queue_ids)
                 any(map(queue_offsets.__setitem__, order, chain.from_iterable(run_offsets)))
                 self._ensure_index_room(batch)
                 physical_offsets = self.commit_log.append(
@@ -328,7 +326,7 @@ class StoreCore(MessageStore):
             except StoreError as e:
                 return self._append_failed(batch, log_end, e)
             self._dispatch(batch, queue_offsets[0], physical_offsets, store_timestamp,
-                           queue_offsets, QueueRuns(order, runs))
+                           QueueRuns(order, runs))
             end_offset = self.commit_log.max_offset()
         self._notify_runs(topic, runs)
         durable = self._group_commit.request(end_offset) if self._group_commit else None
@@ -570,7 +568,6 @@ class StoreCore(MessageStore):
         queue_offset: int,
         physical_offsets: list[int],
         store_timestamp: int,
-        queue_offsets: list[int] | None = None,
         queue_runs: QueueRuns | None = None,
     ) -> None:
         tag_codes = batch.tag_codes
@@ -593,8 +590,6 @@ class StoreCore(MessageStore):
             store_timestamp=store_timestamp,
             queued=batch.queued,
             indexed=batch.indexed,
-            queue_ids=batch.queue_ids,
-            queue_offsets=queue_offsets,
             queue_runs=queue_runs,
         )
         try:
