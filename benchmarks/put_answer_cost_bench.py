@@ -31,15 +31,13 @@ import gc
 import json
 import os
 import pstats
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
 
 from answering_peer import CountingTransport
-from variants import cost_medians, run_variant_children, src_variants
+from variants import cost_medians, print_cost_medians, run_variant_children, src_variants
 
 TOPIC = "PutAnswerCost"
 BODY = os.urandom(1024)
@@ -169,25 +167,16 @@ def main() -> int:
                                             args.repeats))))
         return 0
     variants = src_variants(args.variant)
-    os.makedirs(args.dir, exist_ok=True)
-    work_dir = tempfile.mkdtemp(prefix="put-answer-cost-", dir=args.dir)
-    try:
-        results = run_variant_children(
-            "put_answer_cost_bench", __file__, variants, args.runs, work_dir,
-            ["--group", str(args.group), "--groups", str(args.groups),
-             "--repeats", str(args.repeats)], quiet=args.json)
-    finally:
-        shutil.rmtree(work_dir, ignore_errors=True)
+    results = run_variant_children(
+        "put_answer_cost_bench", __file__, variants, args.runs, args.dir,
+        ["--group", str(args.group), "--groups", str(args.groups),
+         "--repeats", str(args.repeats)], quiet=args.json)
     medians = cost_medians(results)
     if args.json:
         print(json.dumps({"group": args.group, "median": medians, "runs": results}))
     else:
-        load = " ".join(f"{value:.1f}" for value in os.getloadavg())
-        print(f"put and answers of groups of {args.group}: {args.groups} groups x "
-              f"{args.repeats} per run, median of {args.runs} runs (load average {load}):")
-        for name, value in medians.items():
-            print(f"{name:<10} {value['us_per_message']:.2f} us per message, "
-                  f"{value['calls_per_message']:.1f} calls per message")
+        print_cost_medians(f"put and answers of groups of {args.group}: {args.groups} groups x "
+                           f"{args.repeats} per run, median of {args.runs} runs", medians)
     return 0
 
 

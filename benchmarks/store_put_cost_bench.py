@@ -28,13 +28,11 @@ import gc
 import json
 import os
 import pstats
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 
-from variants import cost_medians, run_variant_children, src_variants
+from variants import cost_medians, print_cost_medians, run_variant_children, src_variants
 
 BODY = os.urandom(1024)
 QUEUES = 8
@@ -124,25 +122,16 @@ def main() -> int:
                                 args.columns)))
         return 0
     variants = src_variants(args.variant)
-    os.makedirs(args.dir, exist_ok=True)
-    work_dir = tempfile.mkdtemp(prefix="store-put-cost-", dir=args.dir)
-    try:
-        results = run_variant_children(
-            "store_put_cost_bench", __file__, variants, args.runs, work_dir,
-            ["--group", str(args.group), "--puts", str(args.puts), "--repeats",
-             str(args.repeats), *(["--columns"] if args.columns else [])], quiet=args.json)
-    finally:
-        shutil.rmtree(work_dir, ignore_errors=True)
+    results = run_variant_children(
+        "store_put_cost_bench", __file__, variants, args.runs, args.dir,
+        ["--group", str(args.group), "--puts", str(args.puts), "--repeats",
+         str(args.repeats), *(["--columns"] if args.columns else [])], quiet=args.json)
     medians = cost_medians(results)
     if args.json:
         print(json.dumps({"group": args.group, "median": medians, "runs": results}))
     else:
-        load = " ".join(f"{value:.1f}" for value in os.getloadavg())
-        print(f"store put of groups of {args.group}: {args.puts} puts x {args.repeats} per "
-              f"run, median of {args.runs} runs (load average {load}):")
-        for name, value in medians.items():
-            print(f"{name:<10} {value['us_per_message']:.2f} us per message, "
-                  f"{value['calls_per_message']:.1f} calls per message")
+        print_cost_medians(f"store put of groups of {args.group}: {args.puts} puts x "
+                           f"{args.repeats} per run, median of {args.runs} runs", medians)
     return 0
 
 

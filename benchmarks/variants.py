@@ -12,6 +12,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 # This checkout's src/, which a variant's SRC of "." names.
 HERE_SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
@@ -45,21 +46,33 @@ def run_variant_children(
     script: str,
     variants: list[tuple[str, str]],
     runs: int,
-    work_dir: str,
+    out_dir: str,
     child_args: list[str],
     *,
     quiet: bool = False,
 ) -> dict[str, list[dict[str, float]]]:
     """Run ``script --child-store <store> *child_args`` once per variant per run, in
     ``rotated`` order, each with its variant's src on PYTHONPATH and a store folder of its own
-    under ``work_dir`` (removed after the child); returns each variant's results, the JSON
-    object each child prints as its last line. Unless ``quiet``, prints each run's
-    ``us_per_message`` and ``calls_per_message``.
+    in a work folder made under ``out_dir`` (each store removed after its child, the work
+    folder at the end); returns each variant's results, the JSON object each child prints as
+    its last line. Unless ``quiet``, prints each run's ``us_per_message`` and
+    ``calls_per_message``.
 
     Raises:
         SystemExit: a child failed (its stderr is written out first), naming ``bench``,
             the variant and its tree.
     """
+    os.makedirs(out_dir, exist_ok=True)
+    work_dir = tempfile.mkdtemp(prefix=f"{bench}-", dir=out_dir)
+    try:
+        return _run_children(bench, script, variants, runs, work_dir, child_args, quiet)
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _run_children(bench: str, script: str, variants: list[tuple[str, str]], runs: int,
+                  work_dir: str, child_args: list[str], quiet: bool,
+                  ) -> dict[str, list[dict[str, float]]]:
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
     for run in range(runs):
         for name, src in rotated(variants, run):
@@ -89,3 +102,12 @@ def cost_medians(results: dict[str, list[dict[str, float]]]) -> dict[str, dict[s
                for key in ("us_per_message", "calls_per_message")}
         for name, runs in results.items()
     }
+
+
+def print_cost_medians(title: str, medians: dict[str, dict[str, float]]) -> None:
+    """Print ``title`` with the load average, then each variant's ``cost_medians`` line."""
+    load = " ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"{title} (load average {load}):")
+    for name, value in medians.items():
+        print(f"{name:<10} {value['us_per_message']:.2f} us per message, "
+              f"{value['calls_per_message']:.1f} calls per message")
