@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Collection
-from itertools import repeat
-from operator import add, sub
+from operator import add
 
 from tidemq.protocol.message import POSITION_PHYSICAL_OFFSET
 from tidemq.store.commit_log import CommitLog
 from tidemq.store.consume_queue import ENTRY, ENTRY_SIZE, FILLER_SIZE, ConsumeQueue
 from tidemq.store.interface import GetResult, GetStatus
 from tidemq.store.mapped_file import MappedFile
+from tidemq.store.recent_writes import range_views
 from tidemq.store.record_check import RecordKind, inspect_record
 
 # RocketMQ scans at most this many bytes of consume queue per pull (800 entries), or
@@ -147,8 +147,7 @@ def _gather_mapped(find_file: Callable[[int], MappedFile | None], starts: tuple[
     base = mapped.file_from_offset
     if ends[-1] > base + mapped.write_position:
         return None
-    parts = list(map(mapped.buffer.__getitem__,
-                     map(slice, map(sub, starts, repeat(base)), map(sub, ends, repeat(base)))))
+    parts = range_views(mapped.buffer, base, starts, ends)
     try:
         return b"".join(parts)
     finally:

@@ -136,8 +136,14 @@ class RecentWrites:
                 run_starts, run_ends = starts[done:stop], ends[done:stop]
             else:
                 run_starts, run_ends = starts, ends
-            parts += map(memoryview(buffer).__getitem__,
-                         map(slice, map(sub, run_starts, repeat(entry_start)),
-                             map(sub, run_ends, repeat(entry_start))))
+            parts += range_views(memoryview(buffer), entry_start, run_starts, run_ends)
             done = stop
         return b"".join(parts)
+
+
+def range_views(view: memoryview, base: int, starts: Sequence[int],
+                ends: Sequence[int]) -> list[memoryview]:
+    """Views of ``view`` (the log's bytes from offset ``base``) over the log's ranges
+    [starts[i], ends[i]), made by ``map`` with no Python step per range."""
+    return list(map(view.__getitem__,
+                    map(slice, map(sub, starts, repeat(base)), map(sub, ends, repeat(base)))))
